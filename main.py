@@ -1,0 +1,395 @@
+"""Train Nature DQN (Mnih et al. 2015) on an Atari game: ``python main.py --env Breakout``.
+
+This file is the only one that wires the modules together: the game (utils_env), the
+replay memory (utils_memory), the agent and its network (utils_drl, utils_model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from utils_drl import Agent, CheckpointError, linear_schedule, load_checkpoint, save_checkpoint, write_atomically
+from utils_env import AtariEnv, FrameStack, evaluate, game_name, resolve_env_id
+from utils_memory import PrioritizedReplayMemory, ReplayMemory
+from utils_types import EvalResult
+
+REWARDS_FILE = "rewards.txt"
+MEMORY_FILE = "memory.pt"
+INTERRUPTED_CHECKPOINT = "model_interrupted.pt"
+# Options that may differ when a run is resumed; all others must match the saved run.
+RESUMABLE_OPTIONS = {"steps", "device", "render", "save_memory", "resume"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="Train Nature DQN on an Atari game.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add = parser.add_argument
+    add("--env", default="Breakout", help="game name (Breakout, pong, space_invaders) or full id (ALE/Breakout-v5)")
+    add("--steps", type=int, default=10_000_000, help="training agent steps (4 frames each)")
+    add("--seed", type=int, default=0)
+    add("--out", default=None, help="run folder (default: runs/<game>-seed<seed>[-per])")
+    add("--device", default="auto", help="auto picks cuda, then mps, then cpu")
+    add(
+        "--resume",
+        default=None,
+        metavar="RUN_FOLDER",
+        help="continue the run in this folder from its newest checkpoint",
+    )
+    add("--save-memory", action="store_true", help=f"also save the replay memory ({MEMORY_FILE}) at each checkpoint")
+    # Preprocessing (Machado et al. 2018 protocol: --sticky-actions 0.25).
+    add("--sticky-actions", type=float, default=0.0, help="probability of repeating the previous action")
+    add("--max-episode-frames", type=int, default=108_000, help="cut episodes after this many frames")
+    # Replay and learning (Mnih et al. 2015 defaults; Adam as in Dopamine and CleanRL).
+    add("--memory-size", type=int, default=1_000_000)
+    add("--batch-size", type=int, default=32)
+    add("--learning-starts", type=int, default=50_000, help="random-policy steps before learning")
+    add("--train-every", type=int, default=4, help="agent steps per gradient step")
+    add("--target-every", type=int, default=10_000, help="agent steps between target network syncs")
+    add("--lr", type=float, default=None, help="Adam learning rate (default 1e-4, 2.5e-5 with --prioritized)")
+    add("--adam-eps", type=float, default=1.5e-4)
+    add("--gamma", type=float, default=0.99)
+    add("--grad-clip", type=float, default=10.0, help="max gradient norm")
+    add("--eps-start", type=float, default=1.0)
+    add("--eps-end", type=float, default=0.1)
+    add("--eps-decay-steps", type=int, default=1_000_000)
+    add("--double", action="store_true", help="Double DQN targets (van Hasselt et al. 2016)")
+    add("--dueling", action="store_true", help="dueling network head (Wang et al. 2016)")
+    # Prioritized replay (Schaul et al. 2016, proportional variant).
+    add("--prioritized", action="store_true", help="proportional prioritized experience replay")
+    add("--alpha", type=float, default=0.6, help="priority exponent")
+    add("--beta0", type=float, default=0.4, help="initial importance-sampling exponent, annealed to 1")
+    add("--priority-eps", type=float, default=1e-6, help="added to |TD error| so no priority is zero")
+    # Evaluation.
+    add("--eval-every", type=int, default=250_000, help="agent steps between evaluations")
+    add("--eval-episodes", type=int, default=10)
+    add("--eval-epsilon", type=float, default=0.05)
+    add("--render", action="store_true", help="save each evaluation's first episode as eval_NNN/*.png")
+    return parser
+
+
+def parse_config(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, Any] | None]:
+    """Parse and check the flags; with --resume, merge them into the saved run's configuration."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    checkpoint = None
+    if args.resume is not None:
+        try:
+            checkpoint = load_checkpoint(newest_checkpoint(Path(args.resume)))
+        except CheckpointError as error:
+            parser.exit(2, f"{parser.prog}: error: cannot resume: {error}\n")
+        saved = checkpoint["config"]
+        given = explicit_options(parser, argv)
+        if "env" in given:
+            given["env"] = resolve_env_id(given["env"]) if given["env"] in saved["env"] else given["env"]
+        for name, value in given.items():
+            if name not in RESUMABLE_OPTIONS and name != "out" and saved.get(name) != value:
+                flag = "--" + name.replace("_", "-")
+                parser.error(f"{flag} cannot change on resume (the run used {saved.get(name)!r})")
+        args = argparse.Namespace(**{**saved, **{k: v for k, v in given.items() if k in RESUMABLE_OPTIONS}})
+        args.out = args.resume
+        if args.steps <= checkpoint["run"]["step"]:
+            parser.error(f"--steps {args.steps} must exceed the checkpoint's step {checkpoint['run']['step']}")
+    check_args(parser, args, resuming=checkpoint is not None)
+    return args, checkpoint
+
+
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace, resuming: bool) -> None:
+    try:
+        args.env = resolve_env_id(args.env)
+    except ValueError as error:
+        parser.error(f"--env: {error}")
+    positive = ("steps", "memory_size", "batch_size", "train_every", "target_every", "eval_every", "eval_episodes")
+    for name in positive:
+        if getattr(args, name) <= 0:
+            parser.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    if args.batch_size > args.memory_size:
+        parser.error(f"--batch-size {args.batch_size} exceeds --memory-size {args.memory_size}")
+    if args.learning_starts < args.batch_size:
+        parser.error(f"--learning-starts {args.learning_starts} must be at least --batch-size {args.batch_size}")
+    if args.learning_starts >= args.steps and not resuming:
+        parser.error(f"--learning-starts {args.learning_starts} must be below --steps {args.steps}")
+    if args.learning_starts > args.memory_size:
+        parser.error(f"--learning-starts {args.learning_starts} exceeds --memory-size {args.memory_size}")
+    for name in ("eps_start", "eps_end", "eval_epsilon", "sticky_actions", "beta0"):
+        if not 0.0 <= getattr(args, name) <= 1.0:
+            parser.error(f"--{name.replace('_', '-')} must be within [0, 1], got {getattr(args, name)}")
+    if args.alpha < 0 or args.priority_eps <= 0:
+        parser.error("--alpha must be non-negative and --priority-eps positive")
+    if args.lr is None:
+        args.lr = 2.5e-5 if args.prioritized else 1e-4  # Schaul et al. divide the step size by 4
+    if args.out is None:
+        args.out = f"runs/{game_name(args.env)}-seed{args.seed}{'-per' if args.prioritized else ''}"
+    out = Path(args.out)
+    if not resuming and ((out / REWARDS_FILE).exists() or any(out.glob("model_*.pt"))):
+        parser.error(f"{out} already holds a run: continue it with --resume {out}, or choose another --out")
+
+
+def explicit_options(parser: argparse.ArgumentParser, argv: list[str] | None) -> dict[str, Any]:
+    """The options the user actually typed, with their parsed values."""
+    quiet = argparse.ArgumentParser(add_help=False)
+    for action in parser._actions:
+        if action.option_strings and action.dest != "help":
+            kwargs = {"dest": action.dest, "default": argparse.SUPPRESS}
+            if action.nargs == 0:
+                kwargs["action"] = "store_true"
+            else:
+                kwargs["type"] = action.type
+            quiet.add_argument(*action.option_strings, **kwargs)
+    return vars(quiet.parse_known_args(argv)[0])
+
+
+def newest_checkpoint(run_dir: Path) -> Path:
+    """The run's checkpoint with the highest step: the last evaluation's or an interrupted one."""
+    if not run_dir.is_dir():
+        raise CheckpointError(f"no run folder {run_dir}")
+    evaluations = sorted(run_dir.glob("model_[0-9][0-9][0-9]*.pt"))
+    candidates = evaluations[-1:] + [p for p in [run_dir / INTERRUPTED_CHECKPOINT] if p.exists()]
+    if not candidates:
+        raise CheckpointError(f"{run_dir} holds no checkpoint (model_NNN.pt)")
+    return max(candidates, key=lambda path: load_checkpoint(path)["run"]["step"])
+
+
+def pick_device(name: str) -> torch.device:
+    if name != "auto":
+        return torch.device(name)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+@dataclass
+class Progress:
+    """Counters that a checkpoint carries across a resume."""
+
+    step: int = 0
+    evaluations: int = 0  # evaluations done; the next one gets this index
+    episodes: int = 0
+    wall_seconds: float = 0.0
+    last_score: float = float("nan")
+
+
+class Player:
+    """Plays the training game with the agent and pushes every step into the replay memory."""
+
+    def __init__(self, env: AtariEnv, memory: ReplayMemory) -> None:
+        self.env = env
+        self.memory = memory
+        self.stack = FrameStack()
+        self.state = self.stack.reset(env.reset())
+        self.first = True  # the current frame starts a game
+        self.episode_return = 0.0
+
+    def step(self, action: int) -> float | None:
+        """Play one agent step; return the game's raw score when the game ended, else None."""
+        result = self.env.step(action)
+        learning_terminal = result.terminated or result.life_lost
+        self.memory.push(self.state[-1], action, np.sign(result.reward), learning_terminal, self.first)
+        self.first = False
+        self.episode_return += result.reward
+        if result.terminated or result.truncated:
+            finished = self.episode_return
+            self.state = self.stack.reset(self.env.reset())
+            self.first, self.episode_return = True, 0.0
+            return finished
+        self.state = self.stack.push(result.frame)
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "env": self.env.get_state(),
+            "stack": torch.from_numpy(self.state.copy()),
+            "first": self.first,
+            "episode_return": self.episode_return,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.env.set_state(state["env"])
+        self.stack.frames[:] = state["stack"].numpy()
+        self.first = state["first"]
+        self.episode_return = state["episode_return"]
+
+
+class StopRequest:
+    """Turns the first Ctrl-C (or SIGTERM) into a flag the loop checks between steps, so the
+    checkpoint it writes is consistent; a second Ctrl-C stops at once."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        signal.signal(signal.SIGINT, self._handle)
+        signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        tqdm.write("Stopping after this step to save a checkpoint (Ctrl-C again to quit without saving).")
+
+
+def run_evaluation(args: argparse.Namespace, agent: Agent, index: int, out: Path) -> EvalResult:
+    """Evaluate on a fresh game seeded by (seed, index), so a resumed run evaluates identically."""
+    seed = int(np.random.SeedSequence([args.seed, index, 1]).generate_state(1)[0])
+    env = AtariEnv(args.env, seed, args.sticky_actions, args.max_episode_frames)
+    rng = np.random.default_rng(seed)
+    frame_dir = out / f"eval_{index:03d}" if args.render else None
+    return evaluate(
+        lambda state, eps: agent.act(state, eps, rng), env, args.eval_episodes, args.eval_epsilon, frame_dir
+    )
+
+
+def rewards_line(index: int, step: int, result: EvalResult, wall_seconds: float) -> str:
+    scores = np.asarray(result.scores)
+    return (
+        f"{index:3d} {step:8d} {scores.mean():.1f} {scores.std():.1f} {scores.min():.1f} {scores.max():.1f}"
+        f" {len(scores)} {wall_seconds:.0f}\n"
+    )
+
+
+def append_line(path: Path, line: str) -> None:
+    existing = path.read_bytes() if path.exists() else b""
+    write_atomically(path, existing + line.encode())
+
+
+def logged_evaluations(path: Path) -> int:
+    """How many evaluation lines rewards.txt holds."""
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, checkpoint = parse_config(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    device = pick_device(args.device)
+    print(f"Run folder: {out}  ({args.env}, device {device})", flush=True)
+
+    env = AtariEnv(args.env, args.seed, args.sticky_actions, args.max_episode_frames)
+    agent = Agent(
+        env.n_actions,
+        device,
+        lr=args.lr,
+        adam_eps=args.adam_eps,
+        gamma=args.gamma,
+        grad_clip=args.grad_clip,
+        double=args.double,
+        dueling=args.dueling,
+        seed=args.seed,
+    )
+    memory_type = PrioritizedReplayMemory if args.prioritized else ReplayMemory
+    options = {"alpha": args.alpha, "priority_eps": args.priority_eps} if args.prioritized else {}
+    memory = memory_type(args.memory_size, device=device, seed=args.seed, **options)
+    player = Player(env, memory)
+    progress = Progress()
+    rewards_path = out / REWARDS_FILE
+
+    def save(path: Path, line: str | None) -> None:
+        if args.save_memory:
+            payload = {"step": progress.step, "memory": memory.state_dict()}
+            write_atomically(out / MEMORY_FILE, lambda temporary: torch.save(payload, temporary))
+        progress.wall_seconds = wall_base + time.perf_counter() - started
+        config = {k: v for k, v in vars(args).items() if k != "resume"}
+        save_checkpoint(
+            path,
+            {
+                "config": config,
+                "run": asdict(progress),
+                "agent": agent.state_dict(),
+                "player": player.state_dict(),
+                "torch_rng": torch.get_rng_state(),
+                "rewards_line": line,
+            },
+        )
+
+    def evaluate_and_save() -> None:
+        index = progress.evaluations
+        result = run_evaluation(args, agent, index, out)
+        progress.evaluations += 1
+        progress.last_score = float(np.mean(result.scores))
+        line = rewards_line(index, progress.step, result, wall_base + time.perf_counter() - started)
+        save(out / f"model_{index:03d}.pt", line)  # the checkpoint first: it carries the line
+        append_line(rewards_path, line)
+
+    started, wall_base = time.perf_counter(), 0.0
+    if checkpoint is None:
+        evaluate_and_save()  # line 0: the untrained network's score
+    else:
+        progress = Progress(**checkpoint["run"])
+        agent.load_state_dict(checkpoint["agent"])
+        player.load_state_dict(checkpoint["player"])
+        torch.set_rng_state(checkpoint["torch_rng"])
+        wall_base = progress.wall_seconds
+        if checkpoint["rewards_line"] and logged_evaluations(rewards_path) < progress.evaluations:
+            append_line(rewards_path, checkpoint["rewards_line"])  # stopped between checkpoint and line
+        restore_memory(args, out, progress, memory, agent, player)
+
+    stop = StopRequest()
+    loss = float("nan")
+    bar = tqdm(total=args.steps, initial=progress.step, unit="step", dynamic_ncols=True, mininterval=1.0)
+    while progress.step < args.steps and not stop.requested:
+        epsilon = linear_schedule(progress.step, args.eps_start, args.eps_end, args.eps_decay_steps)
+        episode_score = player.step(agent.act(player.state, epsilon))
+        progress.step += 1
+        if episode_score is not None:
+            progress.episodes += 1
+        if progress.step > args.learning_starts and progress.step % args.train_every == 0:
+            beta = linear_schedule(progress.step, args.beta0, 1.0, args.steps)
+            batch = memory.sample(args.batch_size, beta)
+            result = agent.learn(batch)
+            memory.update_priorities(batch.indices, result.td_errors)
+            loss = result.loss if np.isnan(loss) else 0.99 * loss + 0.01 * result.loss
+        if progress.step % args.target_every == 0:
+            agent.sync_target()
+        if progress.step % args.eval_every == 0:
+            evaluate_and_save()
+        bar.update()
+        if progress.step % 100 == 0:
+            bar.set_postfix(
+                eps=f"{epsilon:.3f}",
+                loss=f"{loss:.4f}",
+                episodes=progress.episodes,
+                eval=progress.last_score,
+                refresh=False,
+            )
+    bar.close()
+    if stop.requested:
+        save(out / INTERRUPTED_CHECKPOINT, None)
+        print(f"Interrupted at step {progress.step}; continue with: python main.py --resume {out}", flush=True)
+        return 130
+    if progress.step % args.eval_every != 0:
+        evaluate_and_save()  # the final policy always gets a line
+    print(f"Done: {progress.step} steps, last evaluation score {progress.last_score:.1f}", flush=True)
+    return 0
+
+
+def restore_memory(
+    args: argparse.Namespace, out: Path, progress: Progress, memory: ReplayMemory, agent: Agent, player: Player
+) -> None:
+    """Reload the saved replay memory if it matches the checkpoint, else refill it by playing
+    ``learning_starts`` steps with the current policy (not counted as training steps)."""
+    saved = out / MEMORY_FILE
+    if saved.exists():
+        state = torch.load(saved, map_location="cpu", weights_only=True, mmap=True)
+        if state["step"] == progress.step:
+            memory.load_state_dict(state["memory"])
+            return
+    epsilon = linear_schedule(progress.step, args.eps_start, args.eps_end, args.eps_decay_steps)
+    player.state = player.stack.reset(player.env.reset())
+    player.first, player.episode_return = True, 0.0
+    for _ in tqdm(range(args.learning_starts), desc="refilling replay memory", unit="step", mininterval=1.0):
+        player.step(agent.act(player.state, epsilon))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

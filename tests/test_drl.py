@@ -1,0 +1,151 @@
+"""The agent and network: schedules, acting, TD targets by hand, learning steps, checkpoints."""
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from utils_drl import Agent, CheckpointError, linear_schedule, load_checkpoint, save_checkpoint
+from utils_model import NatureCNN
+from utils_types import Batch
+
+
+def test_linear_schedule_nature_epsilon():
+    assert linear_schedule(0, 1.0, 0.1, 1_000_000) == 1.0
+    assert linear_schedule(500_000, 1.0, 0.1, 1_000_000) == pytest.approx(0.55)
+    assert linear_schedule(1_000_000, 1.0, 0.1, 1_000_000) == pytest.approx(0.1)
+    assert linear_schedule(5_000_000, 1.0, 0.1, 1_000_000) == pytest.approx(0.1)
+    assert linear_schedule(250, 0.4, 1.0, 1000) == pytest.approx(0.55)  # the beta schedule
+    assert linear_schedule(0, 1.0, 0.1, 0) == 0.1
+
+
+def test_nature_cnn_shape_and_size():
+    model = NatureCNN(4)
+    out = model(torch.zeros(2, 4, 84, 84, dtype=torch.uint8))
+    assert out.shape == (2, 4)
+    # conv 8224 + 32832 + 36928, fc 3136*512+512, head 512*4+4 (Mnih et al. 2015)
+    assert sum(p.numel() for p in model.parameters()) == 1_686_180
+    dueling = NatureCNN(6, dueling=True)
+    assert dueling(torch.zeros(3, 4, 84, 84, dtype=torch.uint8)).shape == (3, 6)
+
+
+class PixelQ(nn.Module):
+    """A fake network whose Q-values are pixels of the newest frame: row ``row``, first 3 columns."""
+
+    def __init__(self, row: int) -> None:
+        super().__init__()
+        self.row = row
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[:, -1, self.row, :3].float()
+
+
+def make_batch(next_q_rows, rewards, dones, states=None) -> Batch:
+    n = len(rewards)
+    next_states = torch.zeros(n, 4, 2, 3, dtype=torch.uint8)
+    next_states[:, -1] = torch.tensor(next_q_rows, dtype=torch.uint8)
+    return Batch(
+        states=torch.zeros(n, 4, 2, 3, dtype=torch.uint8) if states is None else states,
+        actions=torch.zeros(n, dtype=torch.int64),
+        rewards=torch.tensor(rewards, dtype=torch.float32),
+        next_states=next_states,
+        dones=torch.tensor(dones, dtype=torch.float32),
+        weights=torch.ones(n),
+        indices=np.arange(n),
+    )
+
+
+def test_td_targets_by_hand():
+    agent = Agent(3, gamma=0.9)
+    agent.online, agent.target = PixelQ(row=0), PixelQ(row=1)
+    # next state rows: row 0 is what the online net sees, row 1 what the target net sees
+    rows = [
+        [[1, 9, 2], [4, 5, 6]],  # online prefers action 1; target's max is 6 (action 2)
+        [[7, 0, 0], [3, 8, 1]],  # online prefers action 0; terminal below, so no bootstrap
+        [[0, 0, 5], [2, 2, 2]],
+    ]
+    batch = make_batch(rows, rewards=[1.0, -1.0, 0.0], dones=[0.0, 1.0, 0.0])
+    # DQN: r + 0.9 * max_a Q_target(s', a)
+    assert torch.allclose(agent.td_targets(batch), torch.tensor([1 + 0.9 * 6, -1.0, 0.9 * 2]))
+    # Double DQN: r + 0.9 * Q_target(s', argmax_a Q_online(s', a))
+    agent.double = True
+    assert torch.allclose(agent.td_targets(batch), torch.tensor([1 + 0.9 * 5, -1.0, 0.9 * 2]))
+
+
+def real_batch(n=8, seed=0) -> Batch:
+    g = torch.Generator().manual_seed(seed)
+    return Batch(
+        states=torch.randint(0, 256, (n, 4, 84, 84), dtype=torch.uint8, generator=g),
+        actions=torch.randint(0, 4, (n,), generator=g),
+        rewards=torch.randint(-1, 2, (n,), generator=g).float(),
+        next_states=torch.randint(0, 256, (n, 4, 84, 84), dtype=torch.uint8, generator=g),
+        dones=torch.randint(0, 2, (n,), generator=g).float(),
+        weights=torch.rand(n, generator=g) + 0.5,
+        indices=np.arange(n),
+    )
+
+
+def test_learn_reports_td_errors_and_weighted_huber_loss():
+    agent = Agent(4, seed=1, lr=1e-3)
+    batch = real_batch()
+    with torch.no_grad():
+        q = agent.online(batch.states).gather(1, batch.actions[:, None]).squeeze(1)
+        targets = agent.td_targets(batch)
+    td = targets - q
+    huber = torch.where(td.abs() < 1, 0.5 * td**2, td.abs() - 0.5)
+    result = agent.learn(batch)
+    assert np.allclose(result.td_errors, td.abs().numpy(), atol=1e-6)
+    assert result.loss == pytest.approx((batch.weights * huber).mean().item(), rel=1e-5)
+    assert result.mean_q == pytest.approx(q.mean().item(), rel=1e-5, abs=1e-6)
+
+
+def test_zero_weights_leave_the_network_unchanged_and_repeated_steps_fit():
+    agent = Agent(4, seed=2, lr=1e-3)
+    before = [p.clone() for p in agent.online.parameters()]
+    batch = real_batch()
+    agent.learn(batch._replace(weights=torch.zeros(8)))
+    assert all(torch.equal(a, b) for a, b in zip(before, agent.online.parameters(), strict=True))
+    losses = [agent.learn(batch).loss for _ in range(30)]
+    assert losses[-1] < 0.2 * losses[0]
+    target_before = agent.target(batch.states)
+    agent.sync_target()
+    assert not torch.equal(target_before, agent.target(batch.states))
+    assert torch.equal(agent.target(batch.states), agent.online(batch.states))
+
+
+def test_epsilon_greedy():
+    agent = Agent(4, seed=3)
+    state = np.zeros((4, 84, 84), dtype=np.uint8)
+    greedy = int(agent.online(torch.from_numpy(state)[None]).argmax())
+    assert {agent.act(state, 0.0) for _ in range(20)} == {greedy}
+    counts = np.bincount([agent.act(state, 1.0) for _ in range(4000)], minlength=4)
+    assert counts.min() > 850  # uniform: 1000 each
+    share = np.mean([agent.act(state, 0.5) == greedy for _ in range(4000)])
+    assert share == pytest.approx(0.5 + 0.5 / 4, abs=0.03)
+
+
+def test_checkpoint_round_trip(tmp_path):
+    agent = Agent(4, seed=4, lr=1e-3)
+    agent.learn(real_batch())
+    save_checkpoint(tmp_path / "model_000.pt", {"agent": agent.state_dict()})
+    restored = Agent(4, seed=99, lr=1e-3)
+    restored.load_state_dict(load_checkpoint(tmp_path / "model_000.pt")["agent"])
+    batch = real_batch(seed=1)
+    assert torch.equal(agent.online(batch.states), restored.online(batch.states))
+    assert torch.equal(agent.target(batch.states), restored.target(batch.states))
+    assert agent.learn(batch).loss == restored.learn(batch).loss  # same optimizer state
+    state = np.zeros((4, 84, 84), dtype=np.uint8)
+    assert [agent.act(state, 0.5) for _ in range(50)] == [restored.act(state, 0.5) for _ in range(50)]
+    assert not list(tmp_path.glob(".*tmp"))
+
+
+def test_bad_checkpoints_raise_one_clear_error(tmp_path):
+    with pytest.raises(CheckpointError, match="no checkpoint"):
+        load_checkpoint(tmp_path / "missing.pt")
+    save_checkpoint(tmp_path / "good.pt", {"agent": Agent(4).state_dict()})
+    (tmp_path / "cut.pt").write_bytes((tmp_path / "good.pt").read_bytes()[:5000])
+    with pytest.raises(CheckpointError, match="truncated"):
+        load_checkpoint(tmp_path / "cut.pt")
+    torch.save({"weights": torch.zeros(3)}, tmp_path / "foreign.pt")
+    with pytest.raises(CheckpointError, match="not a checkpoint of this program"):
+        load_checkpoint(tmp_path / "foreign.pt")

@@ -1,0 +1,127 @@
+"""The Atari pipeline: game names, preprocessing, determinism, and one pipeline for
+training and evaluation."""
+
+import numpy as np
+import pytest
+
+from main import Player
+from utils_env import FRAME_SIZE, AtariEnv, evaluate, resolve_env_id
+from utils_memory import ReplayMemory
+
+
+@pytest.mark.parametrize(
+    "name,expected",
+    [
+        ("Breakout", "ALE/Breakout-v5"),
+        ("pong", "ALE/Pong-v5"),
+        ("ALE/Breakout-v5", "ALE/Breakout-v5"),
+        ("space_invaders", "ALE/SpaceInvaders-v5"),
+        ("SpaceInvaders", "ALE/SpaceInvaders-v5"),
+    ],
+)
+def test_game_names(name, expected):
+    assert resolve_env_id(name) == expected
+
+
+def test_unknown_game_names_close_matches():
+    with pytest.raises(ValueError, match="did you mean Breakout"):
+        resolve_env_id("Breakot")
+    with pytest.raises(ValueError, match="unknown Atari game 'qwzx'"):
+        resolve_env_id("qwzx")
+
+
+def area_resize(image: np.ndarray, size: int) -> np.ndarray:
+    """Reference area interpolation: each output pixel averages the input area it covers."""
+
+    def weights(n_in: int) -> np.ndarray:
+        scale = n_in / size
+        w = np.zeros((size, n_in))
+        for i in range(size):
+            lo, hi = i * scale, (i + 1) * scale
+            for j in range(int(lo), min(n_in, int(np.ceil(hi)))):
+                w[i, j] = max(0.0, min(hi, j + 1) - max(lo, j)) / scale
+        return w
+
+    return weights(image.shape[0]) @ image.astype(np.float64) @ weights(image.shape[1]).T
+
+
+def test_frame_is_max_of_last_two_screens_area_resized():
+    env = AtariEnv("ALE/Breakout-v5", seed=0)
+    env.reset()
+    for _ in range(20):
+        env.step(2)
+    ale = env._ale
+    saved = env.get_state()
+    screens = []
+    for _ in range(4):
+        ale.act(env._actions[3])
+        screens.append(ale.getScreenGrayscale())
+    expected = area_resize(np.maximum(screens[2], screens[3]), FRAME_SIZE)
+    env.set_state(saved)
+    frame = env.step(3).frame
+    assert frame.shape == (84, 84) and frame.dtype == np.uint8
+    assert np.abs(frame.astype(np.float64) - expected).max() <= 1.0
+
+
+def play(env: AtariEnv, actions: list[int]) -> list:
+    env.reset()
+    return [env.step(a) for a in actions]
+
+
+def test_same_seed_same_game_and_state_round_trip():
+    actions = list(np.random.default_rng(0).integers(4, size=150))
+    a = play(AtariEnv("ALE/Breakout-v5", seed=7), actions)
+    b = play(AtariEnv("ALE/Breakout-v5", seed=7), actions)
+    assert all(np.array_equal(x.frame, y.frame) and x[1:] == y[1:] for x, y in zip(a, b, strict=True))
+
+    env = AtariEnv("ALE/Breakout-v5", seed=7, sticky_actions=0.25)
+    play(env, actions[:50])
+    state = env.get_state()
+    first = [env.step(a) for a in actions[50:]]
+    env.set_state(state)
+    again = [env.step(a) for a in actions[50:]]
+    assert all(np.array_equal(x.frame, y.frame) and x[1:] == y[1:] for x, y in zip(first, again, strict=True))
+
+
+def test_life_loss_game_over_and_frame_limit():
+    env = AtariEnv("ALE/Breakout-v5", seed=1)
+    results = play(env, [0] * 2000)
+    lost = [i for i, r in enumerate(results) if r.life_lost]
+    over = next(i for i, r in enumerate(results) if r.terminated)
+    assert len([i for i in lost if i < over]) == 4 and not any(results[i].terminated for i in lost[:4])
+    assert results[over].life_lost  # the fifth life ends the game
+    short = play(AtariEnv("ALE/Breakout-v5", seed=1, max_episode_frames=400), [0] * 200)
+    cut = next(i for i, r in enumerate(short) if r.truncated)
+    assert cut < 100 and not short[cut].terminated
+
+
+def test_training_and_evaluation_see_identical_states():
+    """The states the agent acts on in evaluation, in training, and those the replay
+    memory rebuilds for learning are the same arrays for the same game and actions."""
+    actions = [int(a) for a in np.random.default_rng(3).integers(4, size=400)]
+    seen_in_evaluation = []
+
+    def replay_actions(state, epsilon):
+        seen_in_evaluation.append(state.copy())
+        return actions[len(seen_in_evaluation) - 1]
+
+    env_kwargs = {"env_id": "ALE/Breakout-v5", "seed": 5, "max_episode_frames": 1200}
+    result = evaluate(replay_actions, AtariEnv(**env_kwargs), episodes=1, epsilon=0.0)
+    n = result.steps
+    assert 50 < n < 400
+
+    memory = ReplayMemory(1000)
+    player = Player(AtariEnv(**env_kwargs), memory)
+    seen_in_training = []
+    for action in actions[:n]:
+        seen_in_training.append(player.state.copy())
+        player.step(action)
+    assert all(np.array_equal(a, b) for a, b in zip(seen_in_evaluation, seen_in_training, strict=True))
+
+    slots = np.arange(n - 1)
+    assert memory.sampleable(slots).all() and memory.dones[slots].any()  # lives were lost on the way
+    stacks = memory.frames[memory.stack_slots(slots)]
+    for t in slots:
+        assert np.array_equal(stacks[t, :-1], seen_in_evaluation[t])
+        if not memory.dones[t]:
+            assert np.array_equal(stacks[t, 1:], seen_in_evaluation[t + 1])

@@ -1,0 +1,139 @@
+"""Uniform replay memory: stacks, sampleable slots and sampling, against a brute-force log."""
+
+import io
+
+import numpy as np
+import pytest
+import torch
+
+from utils_memory import ReplayMemory
+
+DEPTH = 4
+
+
+def encode(step: int) -> np.ndarray:
+    """A (1, 3) frame whose pixels spell the global step number, so every frame is unique."""
+    return np.array([[step & 255, (step >> 8) & 255, (step >> 16) & 255]], dtype=np.uint8)
+
+
+def decode(frames: np.ndarray) -> np.ndarray:
+    frames = frames.astype(np.int64)
+    return frames[..., 0, 0] + (frames[..., 0, 1] << 8) + (frames[..., 0, 2] << 16)
+
+
+def play_log(n_steps: int, seed: int) -> list[dict]:
+    """Random games with lost lives (terminal, same game), game overs and frame-limit cuts."""
+    rng = np.random.default_rng(seed)
+    log, first = [], True
+    while len(log) < n_steps:
+        length = int(rng.integers(1, 12))
+        ending = rng.choice(["game_over", "truncated"], p=[0.7, 0.3])
+        for i in range(length):
+            last = i == length - 1
+            done = bool(last and ending == "game_over") or bool(not last and rng.random() < 0.1)  # lost life
+            log.append(
+                {"action": int(rng.integers(18)), "reward": float(rng.integers(-1, 2)), "done": done, "first": first}
+            )
+            first = False
+        first = True
+    return log[:n_steps]
+
+
+def fill(memory: ReplayMemory, log: list[dict]) -> None:
+    for step, entry in enumerate(log):
+        memory.push(encode(step), entry["action"], entry["reward"], entry["done"], entry["first"])
+
+
+def reference_state(log: list[dict], step: int) -> list[int]:
+    """The frames (global steps) of the state at ``step``: repeat the game's first frame."""
+    start = step
+    while not log[start]["first"]:
+        start -= 1
+    return [max(step - k, start) for k in range(DEPTH - 1, -1, -1)]
+
+
+def reference_sampleable(log: list[dict], step: int, capacity: int) -> bool:
+    total = len(log)
+    oldest = max(0, total - capacity)
+    if step < oldest or step >= total - 1:  # gone, or the newest (no next frame yet)
+        return False
+    # Once full, the 3 oldest slots are excluded: their stacks may reach overwritten slots.
+    if total >= capacity and step - oldest < DEPTH - 1:
+        return False
+    if log[step + 1]["first"] and not log[step]["done"]:  # cut by the frame limit
+        return False
+    return reference_state(log, step)[0] >= oldest
+
+
+@pytest.mark.parametrize("capacity,n_steps", [(50, 30), (50, 50), (50, 137), (37, 500)])
+def test_stacks_and_sampleable_slots_match_brute_force(capacity, n_steps):
+    log = play_log(n_steps, seed=capacity + n_steps)
+    memory = ReplayMemory(capacity, frame_shape=(1, 3))
+    fill(memory, log)
+    slots = np.arange(capacity)
+    stored_step = decode(memory.frames)  # which global step each slot holds
+    mask = memory.sampleable(slots)
+    for slot in slots:
+        step = int(stored_step[slot])
+        expected = slot < len(log) and reference_sampleable(log, step, capacity)
+        assert mask[slot] == expected, (slot, step)
+    frames = decode(memory.frames[memory.stack_slots(slots[mask])])
+    for row, slot in zip(frames, slots[mask], strict=True):
+        step = int(stored_step[slot])
+        assert list(row[:-1]) == reference_state(log, step)
+        if not log[step]["done"]:  # a terminal step's next state is masked, so not checked
+            assert list(row[1:]) == reference_state(log, step + 1)
+
+
+def test_batch_holds_the_stored_transition():
+    log = play_log(300, seed=1)
+    memory = ReplayMemory(100, frame_shape=(1, 3), seed=3)
+    fill(memory, log)
+    batch = memory.sample(64)
+    steps = decode(batch.states.numpy()[:, -1])
+    for i, step in enumerate(steps):
+        assert batch.actions[i] == log[step]["action"]
+        assert batch.rewards[i] == log[step]["reward"]
+        assert batch.dones[i] == float(log[step]["done"])
+        assert decode(memory.frames[batch.indices[i]]) == step
+    assert batch.states.dtype == torch.uint8 and batch.states.shape == (64, DEPTH, 1, 3)
+    assert torch.equal(batch.weights, torch.ones(64))
+
+
+def test_uniform_sampling_is_uniform_over_sampleable_slots():
+    log = play_log(250, seed=2)
+    memory = ReplayMemory(100, frame_shape=(1, 3), seed=4)
+    fill(memory, log)
+    counts = np.bincount(np.concatenate([memory.sample(1000).indices for _ in range(200)]), minlength=100)
+    mask = memory.sampleable(np.arange(100))
+    assert counts[~mask].sum() == 0
+    expected = counts.sum() / mask.sum()
+    chi2 = ((counts[mask] - expected) ** 2 / expected).sum()
+    dof = mask.sum() - 1
+    assert chi2 < dof + 5 * np.sqrt(2 * dof)
+
+
+def test_too_few_steps_to_sample():
+    memory = ReplayMemory(10, frame_shape=(1, 3))
+    memory.push(encode(0), 0, 0.0, False, True)
+    with pytest.raises(ValueError, match="too few"):
+        memory.sample(4)
+
+
+def test_bytes_per_transition_at_84x84():
+    memory = ReplayMemory(1000)
+    assert memory.nbytes / memory.capacity == 84 * 84 + 7
+
+
+def test_state_dict_round_trip():
+    log = play_log(180, seed=5)
+    memory = ReplayMemory(100, frame_shape=(1, 3), seed=6)
+    fill(memory, log)
+    buffer = io.BytesIO()
+    torch.save(memory.state_dict(), buffer)
+    buffer.seek(0)
+    copy = ReplayMemory(100, frame_shape=(1, 3), seed=99)
+    copy.load_state_dict(torch.load(buffer, weights_only=True))
+    for _ in range(3):
+        a, b = memory.sample(16), copy.sample(16)
+        assert np.array_equal(a.indices, b.indices) and torch.equal(a.states, b.states)

@@ -1,0 +1,143 @@
+"""The DQN agent: epsilon-greedy acting, Huber TD learning, target network, save/load."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from utils_model import NatureCNN
+from utils_types import Batch, LearnResult
+
+CHECKPOINT_FORMAT = 1
+
+
+def linear_schedule(step: int, start: float, end: float, duration: int) -> float:
+    """``start`` at step 0, moving linearly to ``end`` at ``duration``, then constant."""
+    if duration <= 0 or step >= duration:
+        return end
+    return start + step / duration * (end - start)
+
+
+class Agent:
+    """Online and target Nature CNNs with an Adam optimizer.
+
+    ``learn`` takes per-sample importance weights and returns per-sample TD errors, so
+    uniform and prioritized replay both plug in without changing it.
+    """
+
+    def __init__(
+        self,
+        n_actions: int,
+        device: str | torch.device = "cpu",
+        *,
+        lr: float = 1e-4,
+        adam_eps: float = 1.5e-4,
+        gamma: float = 0.99,
+        grad_clip: float = 10.0,
+        double: bool = False,
+        dueling: bool = False,
+        stack_depth: int = 4,
+        frame_size: int = 84,
+        seed: int = 0,
+    ) -> None:
+        self.n_actions = n_actions
+        self.device = torch.device(device)
+        self.gamma = gamma
+        self.grad_clip = grad_clip
+        self.double = double
+        torch.manual_seed(seed)
+        self.online = NatureCNN(n_actions, stack_depth, frame_size, dueling).to(self.device)
+        self.target = NatureCNN(n_actions, stack_depth, frame_size, dueling).to(self.device)
+        self.target.requires_grad_(False)
+        self.sync_target()
+        self.optimizer = torch.optim.Adam(self.online.parameters(), lr=lr, eps=adam_eps)
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, state: np.ndarray, epsilon: float, rng: np.random.Generator | None = None) -> int:
+        """Epsilon-greedy action for one (stack, H, W) uint8 state."""
+        rng = self.rng if rng is None else rng
+        if rng.random() < epsilon:
+            return int(rng.integers(self.n_actions))
+        with torch.inference_mode():
+            q_values = self.online(torch.from_numpy(state).to(self.device).unsqueeze(0))
+        return int(q_values.argmax(dim=1).item())
+
+    def td_targets(self, batch: Batch) -> torch.Tensor:
+        """r + gamma * max_a' Q_target(s', a'), or the Double DQN target; no bootstrap at terminals."""
+        with torch.no_grad():
+            next_q_target = self.target(batch.next_states)
+            if self.double:
+                best = self.online(batch.next_states).argmax(dim=1, keepdim=True)
+                next_q = next_q_target.gather(1, best).squeeze(1)
+            else:
+                next_q = next_q_target.max(dim=1).values
+            return batch.rewards + self.gamma * (1.0 - batch.dones) * next_q
+
+    def learn(self, batch: Batch) -> LearnResult:
+        """One gradient step on the importance-weighted Huber loss."""
+        q = self.online(batch.states).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
+        targets = self.td_targets(batch)
+        loss = (batch.weights * F.smooth_l1_loss(q, targets, reduction="none")).mean()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.online.parameters(), self.grad_clip)
+        self.optimizer.step()
+        td_errors = (targets - q.detach()).abs().cpu().numpy()
+        return LearnResult(loss.item(), q.detach().mean().item(), td_errors)
+
+    def sync_target(self) -> None:
+        self.target.load_state_dict(self.online.state_dict())
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "online": self.online.state_dict(),
+            "target": self.target.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "rng": self.rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.online.load_state_dict(state["online"])
+        self.target.load_state_dict(state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.rng.bit_generator.state = state["rng"]
+
+
+class CheckpointError(Exception):
+    """A checkpoint is missing, unreadable or not one of ours; the message says which."""
+
+
+def write_atomically(path: Path, data: bytes | Callable[[Path], None]) -> None:
+    """Write ``data`` (bytes, or a function writing a given path) to a temporary file in the
+    same folder, then rename it over ``path``, so readers never see a half-written file."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    if callable(data):
+        data(temporary)
+    else:
+        temporary.write_bytes(data)
+    os.replace(temporary, path)
+
+
+def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
+    write_atomically(path, lambda temporary: torch.save({"format": CHECKPOINT_FORMAT, **payload}, temporary))
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """Load a checkpoint written by ``save_checkpoint``, or raise CheckpointError."""
+    if not path.is_file():
+        raise CheckpointError(f"no checkpoint at {path}")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch raises many types for truncated or foreign files
+        raise CheckpointError(
+            f"{path} is not a readable checkpoint ({type(error).__name__}); it may be truncated"
+        ) from None
+    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"{path} is not a checkpoint of this program (format {CHECKPOINT_FORMAT})")
+    return payload

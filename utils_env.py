@@ -1,0 +1,244 @@
+"""Atari games with the DQN preprocessing, the frame stack, and evaluation.
+
+Preprocessing follows Mnih et al. (2015) and Machado et al. (2018): each agent step
+repeats the action for 4 emulator frames and keeps the pixel-wise max of the last two
+(Atari sprites flicker), converts to grayscale and resizes to 84x84 by area averaging. Episodes start
+with up to 30 random no-op frames, FIRE is pressed after a reset and after each lost
+life in games that wait for it, and an episode is cut at 108,000 frames (30 minutes).
+
+Training and evaluation use this one class, so they see identical observations for
+identical emulator states; they differ only in what they do with ``StepResult``:
+training treats a lost life as terminal and clips rewards, evaluation plays whole games
+and reports the raw score.
+"""
+
+from __future__ import annotations
+
+import difflib
+import pickle
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import ale_py
+import gymnasium as gym
+import numpy as np
+from PIL import Image
+
+from utils_types import EvalResult, StepResult
+
+gym.register_envs(ale_py)
+
+FRAME_SIZE = 84
+STACK_DEPTH = 4
+FRAME_SKIP = 4
+
+
+def _ale_ids() -> list[str]:
+    return sorted(k for k in gym.registry if k.startswith("ALE/") and k.endswith("-v5"))
+
+
+def _squash(name: str) -> str:
+    return name.lower().replace("_", "").replace("-", "").replace(" ", "")
+
+
+def resolve_env_id(name: str) -> str:
+    """Map 'Breakout', 'space_invaders' or 'ALE/Breakout-v5' to a registered ALE id.
+
+    Raises ValueError with close matches for an unknown game.
+    """
+    if name in gym.registry and name.startswith("ALE/"):
+        return name
+    games = {_squash(i[len("ALE/") : -len("-v5")]): i for i in _ale_ids()}
+    key = _squash(name.removeprefix("ALE/").removesuffix("-v5"))
+    if key in games:
+        return games[key]
+    close = difflib.get_close_matches(key, games, n=3, cutoff=0.6)
+    hint = ", ".join(games[c].removeprefix("ALE/").removesuffix("-v5") for c in close)
+    raise ValueError(
+        f"unknown Atari game {name!r}"
+        + (f"; did you mean {hint}?" if hint else "; see the ALE game list (e.g. Breakout, Pong)")
+    )
+
+
+def game_name(env_id: str) -> str:
+    return env_id.removeprefix("ALE/").removesuffix("-v5")
+
+
+def area_weights(n_in: int, n_out: int) -> np.ndarray:
+    """(n_out, n_in) matrix of area interpolation, OpenCV's INTER_AREA: each output pixel
+    averages the input pixels it covers, weighted by the covered fraction of each."""
+    scale = n_in / n_out
+    edges = np.arange(n_out + 1) * scale
+    low = np.maximum(edges[:-1, None], np.arange(n_in)[None, :])
+    high = np.minimum(edges[1:, None], np.arange(1, n_in + 1)[None, :])
+    return (np.clip(high - low, 0.0, None) / scale).astype(np.float32)
+
+
+class AtariEnv:
+    """One ALE game with DQN preprocessing; ``step`` returns a ``StepResult``."""
+
+    def __init__(
+        self,
+        env_id: str,
+        seed: int,
+        sticky_actions: float = 0.0,
+        max_episode_frames: int = 108_000,
+        noop_max: int = 30,
+    ) -> None:
+        env = gym.make(
+            env_id,
+            frameskip=1,
+            repeat_action_probability=sticky_actions,
+            full_action_space=False,
+            obs_type="grayscale",
+        ).unwrapped
+        env.reset(seed=seed)  # seeds the emulator (and its sticky-action RNG)
+        self._ale = env.ale
+        self._actions = list(env._action_set)
+        self.action_meanings: list[str] = env.get_action_meanings()
+        self.n_actions = len(self._actions)
+        self._fire = (
+            self._actions[self.action_meanings.index("FIRE")]
+            if "FIRE" in self.action_meanings and self.n_actions >= 3
+            else None
+        )
+        self.max_episode_frames = max_episode_frames
+        self.noop_max = noop_max
+        self._rng = np.random.default_rng(seed)
+        self._screens = np.zeros((2, *self._ale.getScreenDims()), dtype=np.uint8)
+        self._resize_rows = area_weights(self._screens.shape[1], FRAME_SIZE)
+        self._resize_columns = area_weights(self._screens.shape[2], FRAME_SIZE).T.copy()
+        self._lives = 0
+
+    def reset(self) -> np.ndarray:
+        """Start a new game: random no-ops, then FIRE where needed; return the first frame."""
+        ale = self._ale
+        ale.reset_game()
+        noop = self._actions[0]
+        for _ in range(int(self._rng.integers(1, self.noop_max + 1)) if self.noop_max else 0):
+            ale.act(noop)
+            if ale.game_over(with_truncation=False):
+                ale.reset_game()
+        self._lives = ale.lives()
+        if self._fire is not None:
+            self._repeat(self._fire)
+        else:
+            ale.getScreenGrayscale(self._screens[0])
+            self._screens[1] = self._screens[0]
+        return self._frame()
+
+    def step(self, action: int) -> StepResult:
+        reward = self._repeat(self._actions[action])
+        ale = self._ale
+        terminated = ale.game_over(with_truncation=False)
+        lives = ale.lives()
+        life_lost = lives < self._lives
+        self._lives = lives
+        if life_lost and not terminated and self._fire is not None:
+            reward += self._repeat(self._fire)
+            terminated = ale.game_over(with_truncation=False)
+        truncated = not terminated and ale.getEpisodeFrameNumber() >= self.max_episode_frames
+        return StepResult(self._frame(), reward, life_lost, terminated, truncated)
+
+    def rgb(self) -> np.ndarray:
+        """The current screen in colour, (210, 160, 3) uint8, for eval videos."""
+        return self._ale.getScreenRGB()
+
+    def get_state(self) -> dict[str, Any]:
+        """Everything needed to continue this episode exactly (emulator, RNG, lives)."""
+        return {
+            "ale": pickle.dumps(self._ale.cloneState(include_rng=True)),
+            "rng": self._rng.bit_generator.state,
+            "lives": self._lives,
+            "screens": self._screens.tobytes(),
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self._ale.restoreState(pickle.loads(state["ale"]))
+        self._rng.bit_generator.state = state["rng"]
+        self._lives = state["lives"]
+        self._screens[:] = np.frombuffer(state["screens"], np.uint8).reshape(self._screens.shape)
+
+    def _repeat(self, action: Any) -> float:
+        """Play ``action`` for FRAME_SKIP frames, keeping the last two grayscale screens."""
+        ale, screens, skip = self._ale, self._screens, FRAME_SKIP
+        reward = 0.0
+        for k in range(skip):
+            reward += ale.act(action)
+            if ale.game_over(with_truncation=False):
+                ale.getScreenGrayscale(screens[0])
+                screens[1] = screens[0]
+                break
+            if k >= skip - 2:
+                ale.getScreenGrayscale(screens[k - skip + 2])
+        return reward
+
+    def _frame(self) -> np.ndarray:
+        pooled = np.maximum(self._screens[0], self._screens[1]).astype(np.float32)
+        return np.rint(self._resize_rows @ pooled @ self._resize_columns).astype(np.uint8)
+
+
+class FrameStack:
+    """The agent's input: the last ``depth`` frames, oldest first.
+
+    A new episode starts with its first frame repeated, which is exactly how the replay
+    memory rebuilds stacks that would reach back past an episode start.
+    """
+
+    def __init__(self, depth: int = STACK_DEPTH, frame_shape: tuple[int, int] = (FRAME_SIZE,) * 2):
+        self.frames = np.zeros((depth, *frame_shape), dtype=np.uint8)
+
+    def reset(self, frame: np.ndarray) -> np.ndarray:
+        self.frames[:] = frame
+        return self.frames
+
+    def push(self, frame: np.ndarray) -> np.ndarray:
+        self.frames[:-1] = self.frames[1:]
+        self.frames[-1] = frame
+        return self.frames
+
+
+def evaluate(
+    act: Callable[[np.ndarray, float], int],
+    env: AtariEnv,
+    episodes: int,
+    epsilon: float,
+    frame_dir: Path | None = None,
+) -> EvalResult:
+    """Play whole games with ``act(state, epsilon)`` and return their raw scores.
+
+    With ``frame_dir``, the first episode's colour frames are written there as
+    000000.png, 000001.png, ...; the folder appears only once it is complete.
+    """
+    start = time.perf_counter()
+    stack = FrameStack()
+    scores: list[float] = []
+    steps = 0
+    partial = frame_dir.with_name(frame_dir.name + ".partial") if frame_dir else None
+    if partial:
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+    for episode in range(episodes):
+        state = stack.reset(env.reset())
+        render = partial is not None and episode == 0
+        frame_index = 0
+        if render:
+            Image.fromarray(env.rgb()).save(partial / f"{frame_index:06d}.png")
+        score, done = 0.0, False
+        while not done:
+            result = env.step(act(state, epsilon))
+            state = stack.push(result.frame)
+            score += result.reward
+            steps += 1
+            done = result.terminated or result.truncated
+            if render:
+                frame_index += 1
+                Image.fromarray(env.rgb()).save(partial / f"{frame_index:06d}.png")
+        scores.append(score)
+    if partial:
+        shutil.rmtree(frame_dir, ignore_errors=True)
+        partial.rename(frame_dir)
+    return EvalResult(scores, steps, time.perf_counter() - start)

@@ -1,0 +1,364 @@
+"""Replay memories that store each 84x84 frame once and rebuild frame stacks at sample time.
+
+Slot ``t`` holds the frame the agent saw at step t (the newest frame of its state), the
+action it took, the clipped reward it got, whether that step was terminal for learning
+(game over or a lost life) and whether the frame is the first of a game. The state at
+``t`` is frames t-3..t and the next state frames t-2..t+1, so one transition costs one
+frame (7,056 bytes) plus 7 bytes, instead of the 4 or 8 frames of a naive memory.
+
+A stack never mixes two games: walking back from ``t``, it stops at the first frame of
+the game and repeats it, exactly as ``utils_env.FrameStack`` starts a game. A slot is
+*sampleable* only when its whole transition is in memory and intact:
+
+- it is not the newest slot (its next frame is not written yet);
+- when the memory is full, it is not one of the 3 oldest slots, whose stacks would reach
+  back into slots the write pointer has overwritten with new frames;
+- it is not the last step of a game cut by the frame limit: that step is not terminal, so
+  its target needs the next frame, which the game never produced.
+
+Terminal steps are sampleable: their next state is never used (it is masked by ``dones``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numba
+import numpy as np
+import torch
+
+from utils_types import Batch
+
+
+class ReplayMemory:
+    """Circular uniform replay memory in host RAM; sampled batches go to ``device`` at once."""
+
+    _arrays = ("frames", "actions", "rewards", "dones", "starts")
+
+    def __init__(
+        self,
+        capacity: int,
+        stack_depth: int = 4,
+        frame_shape: tuple[int, int] = (84, 84),
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+    ) -> None:
+        if capacity <= stack_depth:
+            raise ValueError(f"memory capacity {capacity} must exceed the stack depth {stack_depth}")
+        self.capacity = capacity
+        self.stack_depth = stack_depth
+        self.device = torch.device(device)
+        self.frames = np.zeros((capacity, *frame_shape), dtype=np.uint8)
+        self.actions = np.zeros(capacity, dtype=np.uint8)
+        self.rewards = np.zeros(capacity, dtype=np.float32)
+        self.dones = np.zeros(capacity, dtype=bool)
+        self.starts = np.zeros(capacity, dtype=bool)
+        self.cursor = 0  # the slot the next push writes
+        self.size = 0
+        self.rng = np.random.default_rng(seed)
+
+    def __len__(self) -> int:
+        return self.size
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of all arrays this memory allocated (grows in subclasses that add some)."""
+        return sum(getattr(self, name).nbytes for name in self._arrays)
+
+    def push(self, frame: np.ndarray, action: int, reward: float, done: bool, first: bool) -> int:
+        """Store one step; ``first`` marks the first frame of a game. Returns the slot."""
+        if self.size == 0 and not first:
+            raise ValueError("the first step stored must start a game (first=True)")
+        slot = self.cursor
+        self.frames[slot] = frame
+        self.actions[slot] = action
+        self.rewards[slot] = reward
+        self.dones[slot] = done
+        self.starts[slot] = first
+        self.cursor = (slot + 1) % self.capacity
+        self.size = min(self.size + 1, self.capacity)
+        return slot
+
+    def sampleable(self, slots: np.ndarray) -> np.ndarray:
+        """Boolean mask: which ``slots`` hold a complete, intact transition (see module doc)."""
+        first, last = self._sampleable_range()
+        position = (slots - self._oldest()) % self.capacity
+        intact = (position >= first) & (position <= last)
+        following = (slots + 1) % self.capacity
+        truncated = self.starts[following] & ~self.dones[slots]
+        return intact & ~truncated
+
+    def sample(self, batch_size: int, beta: float = 1.0) -> Batch:
+        """A uniform batch. ``beta`` is ignored: with equal priorities every weight is 1."""
+        slots = self._uniform_slots(batch_size)
+        return self._batch(slots, np.ones(batch_size, dtype=np.float32))
+
+    def update_priorities(self, slots: np.ndarray, td_errors: np.ndarray) -> None:
+        """Uniform replay has no priorities; present so both memories share one interface."""
+
+    def stack_slots(self, slots: np.ndarray) -> np.ndarray:
+        """(B, depth + 1) frame slots, oldest first: the state is [:, :-1], the next state [:, 1:]."""
+        columns = [(slots + 1) % self.capacity, slots]
+        current = slots
+        for _ in range(self.stack_depth - 1):
+            current = np.where(self.starts[current], current, (current - 1) % self.capacity)
+            columns.append(current)
+        return np.stack(columns[::-1], axis=1)
+
+    def state_dict(self) -> dict[str, Any]:
+        """All contents as tensors sharing this memory's arrays, for ``torch.save``."""
+        arrays = {name: torch.from_numpy(getattr(self, name)[: self.size]) for name in self._arrays}
+        return {**arrays, "capacity": self.capacity, "cursor": self.cursor, "rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        # Slot positions only mean the same thing in a memory of the same capacity.
+        size = len(state["frames"])
+        if state["capacity"] != self.capacity or tuple(state["frames"].shape[1:]) != self.frames.shape[1:]:
+            raise ValueError("the saved replay memory has another capacity or frame shape than this one")
+        for name in self._arrays:
+            getattr(self, name)[:size] = state[name].numpy()
+        self.size = size
+        self.cursor = int(state["cursor"])
+        self.rng.bit_generator.state = state["rng"]
+
+    def _oldest(self) -> int:
+        return (self.cursor - self.size) % self.capacity
+
+    def _sampleable_range(self) -> tuple[int, int]:
+        """First and last sampleable position, counted from the oldest slot."""
+        first = self.stack_depth - 1 if self.size == self.capacity else 0
+        return first, self.size - 2
+
+    def _uniform_slots(self, batch_size: int) -> np.ndarray:
+        first, last = self._sampleable_range()
+        if last < first:
+            raise ValueError(f"the memory holds {self.size} steps, too few to sample from")
+        slots = (self._oldest() + self.rng.integers(first, last + 1, size=batch_size)) % self.capacity
+        # Only the rare last steps of frame-limited games fail inside the range: redraw them.
+        for _ in range(1000):
+            rejected = ~self.sampleable(slots)
+            if not rejected.any():
+                return slots
+            redrawn = self.rng.integers(first, last + 1, size=int(rejected.sum()))
+            slots[rejected] = (self._oldest() + redrawn) % self.capacity
+        raise RuntimeError("could not draw sampleable transitions; are all games cut by the frame limit?")
+
+    def _batch(self, slots: np.ndarray, weights: np.ndarray) -> Batch:
+        frames = torch.from_numpy(self.frames[self.stack_slots(slots)]).to(self.device)
+        to_device = lambda a, dtype: torch.from_numpy(a).to(self.device, dtype)
+        return Batch(
+            states=frames[:, :-1],
+            actions=to_device(self.actions[slots], torch.int64),
+            rewards=to_device(self.rewards[slots], torch.float32),
+            next_states=frames[:, 1:],
+            dones=to_device(self.dones[slots], torch.float32),
+            weights=to_device(weights, torch.float32),
+            indices=slots,
+        )
+
+
+@numba.njit(cache=True)
+def _set_leaves(nodes: np.ndarray, slots: np.ndarray, values: np.ndarray) -> None:
+    capacity = nodes.size // 2
+    for k in range(slots.size):
+        nodes[capacity + slots[k]] = values[k]
+    # Recompute sums from the children rather than adding deltas: deltas accumulate rounding
+    # error over millions of updates, recomputing keeps every node exact. A node shared by
+    # several paths ends right because the last path through it sees final children.
+    for k in range(slots.size):
+        node = (capacity + slots[k]) >> 1
+        while node >= 1:
+            nodes[node] = nodes[2 * node] + nodes[2 * node + 1]
+            node >>= 1
+
+
+@numba.njit(cache=True)
+def _sum_children(nodes: np.ndarray) -> None:
+    for node in range(nodes.size // 2 - 1, 0, -1):
+        nodes[node] = nodes[2 * node] + nodes[2 * node + 1]
+
+
+@numba.njit(cache=True)
+def _find_leaves(nodes: np.ndarray, uniforms: np.ndarray, slots: np.ndarray) -> None:
+    capacity = nodes.size // 2
+    segment = nodes[1] / uniforms.size
+    values = (np.arange(uniforms.size) + uniforms) * segment
+    slots[:] = 1  # the node each descent is at, the root first
+    # All descents go down one level together: their loads are independent, so the CPU
+    # overlaps the cache misses of a large tree instead of waiting for each in turn.
+    descending = True
+    while descending:
+        descending = False
+        for k in range(slots.size):
+            node = slots[k]
+            if node >= capacity:
+                continue
+            descending = True
+            left = nodes[2 * node]
+            right = nodes[2 * node + 1]
+            # Rounding can leave a value at or past a subtree's sum; entering only subtrees
+            # with a positive sum guarantees the descent ends on a positive leaf.
+            if (values[k] < left and left > 0) or right <= 0:
+                slots[k] = 2 * node
+            else:
+                values[k] -= left
+                slots[k] = 2 * node + 1
+    slots -= capacity
+
+
+class SumTree:
+    """Binary sum tree over ``capacity`` non-negative leaves, for proportional sampling.
+
+    One float64 array of 2 * capacity nodes (16 bytes per leaf): node 0 is unused, node i
+    has children 2i and 2i + 1, and the leaf of slot s is node capacity + s. Every node
+    below ``capacity`` then has exactly two children, so any capacity works; leaves sit at
+    two depths when it is not a power of two, which is harmless since sampling only needs
+    some partition of [0, total) into one interval per leaf.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.nodes = np.zeros(2 * capacity, dtype=np.float64)
+
+    @property
+    def total(self) -> float:
+        return float(self.nodes[1])
+
+    @property
+    def leaves(self) -> np.ndarray:
+        """Writable view of the leaves in slot order; call ``rebuild`` after writing to it."""
+        return self.nodes[self.capacity :]
+
+    @property
+    def nbytes(self) -> int:
+        return self.nodes.nbytes
+
+    def update(self, slots: np.ndarray, values: np.ndarray) -> None:
+        """Set the leaves of ``slots`` to ``values`` (the last wins for a repeated slot)."""
+        _set_leaves(self.nodes, np.asarray(slots, dtype=np.int64), np.asarray(values, dtype=np.float64))
+
+    def rebuild(self) -> None:
+        """Recompute every internal node from the leaves."""
+        _sum_children(self.nodes)
+
+    def sample(self, batch_size: int, rng: np.random.Generator) -> np.ndarray:
+        """``batch_size`` slots drawn with probability leaf / total, stratified: one uniform
+        draw in each of ``batch_size`` equal segments of [0, total), which lowers the variance
+        of a batch. Never returns a zero leaf."""
+        if not self.total > 0:
+            raise ValueError("cannot sample from a sum tree whose leaves are all zero")
+        slots = np.empty(batch_size, dtype=np.int64)
+        _find_leaves(self.nodes, rng.random(batch_size), slots)
+        return slots
+
+
+class PrioritizedReplayMemory(ReplayMemory):
+    """Proportional prioritized replay (Schaul et al. 2016) over the uniform memory's frames.
+
+    Slot i is drawn with probability p_i / sum(p), p_i = (|TD error_i| + priority_eps) ** alpha,
+    from a sum tree whose leaf is 0 exactly where a slot is not ``sampleable``, so the uniform
+    memory's rule alone decides what may be drawn. New transitions get ``max_priority``, so
+    each is likely replayed soon after it arrives, before its TD error is known.
+
+    ``max_priority`` rises at once with any larger priority written by ``update_priorities``,
+    and every ``MAX_PRIORITY_PERIOD`` calls it is reset to the largest priority written during
+    those calls, so one early outlier cannot inflate new transitions' priorities forever. It is
+    not reset to the largest leaf: the training loop pushes between updates, so the newest,
+    not yet replayed, transitions always hold the current ``max_priority`` and the largest
+    leaf would never fall below it.
+    """
+
+    MAX_PRIORITY_PERIOD = 1000
+
+    def __init__(
+        self,
+        capacity: int,
+        stack_depth: int = 4,
+        frame_shape: tuple[int, int] = (84, 84),
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+        alpha: float = 0.6,
+        priority_eps: float = 1e-6,
+    ) -> None:
+        if alpha < 0 or priority_eps <= 0:
+            raise ValueError(f"alpha ({alpha}) must be non-negative and priority_eps ({priority_eps}) positive")
+        super().__init__(capacity, stack_depth, frame_shape, device, seed)
+        self.alpha = alpha
+        self.priority_eps = priority_eps
+        self.tree = SumTree(capacity)
+        self.max_priority = 1.0
+        self.priority_updates = 0  # calls of update_priorities so far
+        self.window_max_priority = 0.0  # largest priority written in the current period
+        # A push at slot s changes whether these slots are sampleable: s - 1 gets its next
+        # frame, s becomes the newest, and once the memory is full s + 1 .. s + depth - 1
+        # become the oldest, whose stacks reach into overwritten frames.
+        self._push_offsets = np.arange(-1, stack_depth)
+
+    @property
+    def nbytes(self) -> int:
+        return super().nbytes + self.tree.nbytes
+
+    def push(self, frame: np.ndarray, action: int, reward: float, done: bool, first: bool) -> int:
+        """Store one step like ``ReplayMemory.push`` and refresh the leaves it affects."""
+        slot = super().push(frame, action, reward, done, first)
+        affected = (slot + self._push_offsets) % self.capacity
+        self.tree.update(affected, np.where(self.sampleable(affected), self.max_priority, 0.0))
+        return slot
+
+    def sample(self, batch_size: int, beta: float = 1.0) -> Batch:
+        """A batch drawn in proportion to priority, weighted by w_i = (N * P(i)) ** -beta.
+
+        The weights are divided by the largest weight in the batch, as in Algorithm 1 of
+        Schaul et al.: they then only ever scale a step down, and no min-tree is needed to
+        find the largest weight over the whole memory.
+        """
+        total = self.tree.total
+        if not total > 0:
+            raise ValueError(f"the memory holds {self.size} steps, too few to sample from")
+        slots = self.tree.sample(batch_size, self.rng)
+        # N, the sampleable range, also counts the rare last steps of games cut by the frame
+        # limit. That does not matter: N cancels in the division by the largest weight, and
+        # is kept so the weights before it read as the paper's.
+        first, last = self._sampleable_range()
+        weights = ((last - first + 1) * self.tree.leaves[slots] / total) ** -beta
+        return self._batch(slots, (weights / weights.max()).astype(np.float32))
+
+    def update_priorities(self, slots: np.ndarray, td_errors: np.ndarray) -> None:
+        """Set the priorities of sampled ``slots`` from their TD errors. A slot that stopped
+        being sampleable since it was drawn (pushes in between) keeps its zero leaf."""
+        slots = np.asarray(slots, dtype=np.int64)
+        priorities = (np.abs(np.asarray(td_errors, dtype=np.float64)) + self.priority_eps) ** self.alpha
+        alive = self.tree.leaves[slots] > 0
+        slots, priorities = slots[alive], priorities[alive]
+        self.tree.update(slots, priorities)
+        if priorities.size:
+            largest = float(priorities.max())
+            self.max_priority = max(self.max_priority, largest)
+            self.window_max_priority = max(self.window_max_priority, largest)
+        self.priority_updates += 1
+        if self.priority_updates % self.MAX_PRIORITY_PERIOD == 0:
+            if self.window_max_priority > 0:  # else no priority was written: nothing to go by
+                self.max_priority = self.window_max_priority
+            self.window_max_priority = 0.0
+
+    def state_dict(self) -> dict[str, Any]:
+        """The uniform memory's state plus the leaves (the sums are rebuilt on loading)."""
+        return {
+            **super().state_dict(),
+            "priorities": torch.from_numpy(self.tree.leaves[: self.size]),
+            "max_priority": self.max_priority,
+            "priority_updates": self.priority_updates,
+            "window_max_priority": self.window_max_priority,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if len(state["priorities"]) != len(state["frames"]):
+            raise ValueError("the saved priorities do not match the saved transitions")
+        super().load_state_dict(state)
+        leaves = self.tree.leaves
+        leaves[: self.size] = state["priorities"].numpy()
+        leaves[self.size :] = 0.0  # slots past size hold no transition
+        self.tree.rebuild()
+        self.max_priority = float(state["max_priority"])
+        self.priority_updates = int(state["priority_updates"])
+        self.window_max_priority = float(state["window_max_priority"])

@@ -1,0 +1,46 @@
+"""Small value types passed between the modules."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+
+class StepResult(NamedTuple):
+    """What one agent step (``frame_skip`` emulator frames) of an Atari game produced."""
+
+    frame: np.ndarray  # (84, 84) uint8, the max over the last two grayscale frames
+    reward: float  # raw game score gained during the step (not clipped)
+    life_lost: bool  # terminal for learning, not for the game
+    terminated: bool  # game over
+    truncated: bool  # episode cut at the frame limit
+
+
+class Batch(NamedTuple):
+    """A sampled mini-batch, already on the training device."""
+
+    states: torch.Tensor  # (B, stack, H, W) uint8
+    actions: torch.Tensor  # (B,) int64
+    rewards: torch.Tensor  # (B,) float32, clipped
+    next_states: torch.Tensor  # (B, stack, H, W) uint8
+    dones: torch.Tensor  # (B,) float32, 1.0 where the next state must not be bootstrapped
+    weights: torch.Tensor  # (B,) float32 importance-sampling weights (ones when uniform)
+    indices: np.ndarray  # (B,) int64 memory slots, for priority updates
+
+
+class LearnResult(NamedTuple):
+    """What one gradient step reports back."""
+
+    loss: float
+    mean_q: float
+    td_errors: np.ndarray  # (B,) float32 |target - Q(s, a)|, for priority updates
+
+
+class EvalResult(NamedTuple):
+    """Raw game scores of one evaluation."""
+
+    scores: list[float]
+    steps: int  # agent steps played over all episodes
+    seconds: float
