@@ -185,10 +185,10 @@ class Progress:
 class Player:
     """Plays the training game with the agent and pushes every step into the replay memory."""
 
-    def __init__(self, env: AtariEnv, memory: ReplayMemory) -> None:
+    def __init__(self, env: AtariEnv, memory: ReplayMemory) -> None:  # any game with reset() and step()
         self.env = env
         self.memory = memory
-        self.stack = FrameStack()
+        self.stack = FrameStack(memory.stack_depth, memory.frames.shape[1:])
         self.state = self.stack.reset(env.reset())
         self.first = True  # the current frame starts a game
         self.episode_return = 0.0

@@ -1,0 +1,26 @@
+# Two commands on a fresh machine: `make run` trains (pass flags with ARGS="..."), `make test` tests.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: run test lint install
+
+run: $(VENV)/installed
+	$(BIN)/python main.py $(ARGS)
+
+test: $(VENV)/installed
+	$(BIN)/python -m pytest -q
+
+lint: $(VENV)/installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+install: $(VENV)/installed
+
+# torch 2.13.0 first: that release's CPU build is on these machines' disk, and a bare
+# `torch` requirement would otherwise fetch a multi-GB CUDA build.
+$(VENV)/installed: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -r requirements.txt pytest==9.2.0 ruff==0.17.6
+	touch $@

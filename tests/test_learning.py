@@ -1,0 +1,46 @@
+"""The real agent, network and replay memories learn a small pixel game (Catch)."""
+
+import numpy as np
+import pytest
+
+from catch import FRAME_SIZE, Catch
+from main import Player
+from utils_drl import Agent, linear_schedule
+from utils_env import FrameStack
+from utils_memory import PrioritizedReplayMemory, ReplayMemory
+
+STEPS = 3000
+LEARNING_STARTS = 200
+
+
+def success_rate(agent: Agent, episodes: int = 100) -> float:
+    env, stack, caught = Catch(seed=12345), FrameStack(frame_shape=(FRAME_SIZE, FRAME_SIZE)), 0
+    for _ in range(episodes):
+        state, done = stack.reset(env.reset()), False
+        while not done:
+            result = env.step(agent.act(state, 0.0))
+            state, done = stack.push(result.frame), result.terminated
+        caught += result.reward > 0
+    return caught / episodes
+
+
+@pytest.mark.parametrize("prioritized", [False, True], ids=["uniform", "prioritized"])
+def test_agent_learns_catch(prioritized):
+    memory_type = PrioritizedReplayMemory if prioritized else ReplayMemory
+    memory = memory_type(5000, frame_shape=(FRAME_SIZE, FRAME_SIZE), seed=0)
+    agent = Agent(Catch.n_actions, lr=1e-3, gamma=0.9, frame_size=FRAME_SIZE, seed=0)
+    player = Player(Catch(seed=0), memory)
+    before = success_rate(agent)
+    for step in range(1, STEPS + 1):
+        player.step(agent.act(player.state, linear_schedule(step, 1.0, 0.05, STEPS // 2)))
+        if step > LEARNING_STARTS:
+            batch = memory.sample(32, linear_schedule(step, 0.4, 1.0, STEPS))
+            memory.update_priorities(batch.indices, agent.learn(batch).td_errors)
+        if step % 100 == 0:
+            agent.sync_target()
+    after = success_rate(agent)
+    assert before < 0.5  # a random paddle catches about 1 ball in 5
+    assert after >= 0.9, f"caught {after:.0%} after training ({before:.0%} before)"
+    if prioritized:
+        leaves = memory.tree.leaves[memory.sampleable(np.arange(memory.capacity))]
+        assert np.unique(leaves).size > 100  # priorities follow the TD errors

@@ -1,0 +1,162 @@
+"""End to end: python main.py on a real ALE game, its outputs, resume, Ctrl-C and bad input."""
+
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import main
+from utils_drl import load_checkpoint
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = [
+    "--env", "Breakout", "--learning-starts", "100", "--memory-size", "1000", "--eval-episodes", "1",
+    "--max-episode-frames", "2000", "--target-every", "50",
+]  # fmt: skip
+LINE = re.compile(r"^ *(\d+) +(\d+) (-?\d+\.\d) (\d+\.\d) (-?\d+\.\d) (-?\d+\.\d) (\d+) (\d+)$")
+
+
+def run_main(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "main.py"), *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
+
+
+def rewards(run: Path) -> list[tuple[int, int, float]]:
+    lines = (run / "rewards.txt").read_text().splitlines()
+    for line in lines:
+        assert LINE.match(line), line
+    return [(int(f[0]), int(f[1]), float(f[2])) for f in (line.split() for line in lines)]
+
+
+def test_train_render_checkpoint_and_resume(tmp_path):
+    run = tmp_path / "run"
+    done = run_main(*TINY, "--steps", "300", "--eval-every", "100", "--render", "--out", str(run))
+    assert done.returncode == 0, done.stderr
+    assert f"Run folder: {run}" in done.stdout
+    assert [(i, s) for i, s, _ in rewards(run)] == [(0, 0), (1, 100), (2, 200), (3, 300)]
+    for index in range(4):
+        frames = sorted((run / f"eval_{index:03d}").iterdir())
+        assert frames[0].name == "000000.png" and frames[-1].name == f"{len(frames) - 1:06d}.png"
+        with Image.open(frames[-1]) as image:
+            assert image.size == (160, 210) and image.mode == "RGB"
+        checkpoint = load_checkpoint(run / f"model_{index:03d}.pt")
+        assert checkpoint["run"]["step"] == 100 * index and checkpoint["run"]["evaluations"] == index + 1
+        assert {"online", "target", "optimizer", "rng"} <= checkpoint["agent"].keys()
+        assert checkpoint["config"]["env"] == "ALE/Breakout-v5"
+    assert not [p for p in run.rglob("*") if p.name.endswith((".tmp", ".partial"))]
+
+    before = (run / "rewards.txt").read_text()
+    resumed = run_main("--resume", str(run), "--steps", "400")
+    assert resumed.returncode == 0, resumed.stderr
+    assert (run / "rewards.txt").read_text().startswith(before)
+    assert rewards(run)[-1][:2] == (4, 400) and len(rewards(run)) == 5
+    assert not (run / "eval_004").exists() or len(list((run / "eval_004").iterdir())) > 0
+    assert "refilling replay memory" in resumed.stderr  # no saved memory: warm-up instead
+
+
+def test_ctrl_c_saves_a_checkpoint_that_resumes_at_its_step(tmp_path):
+    run = tmp_path / "run"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "main.py"),
+            *TINY,
+            "--steps",
+            "100000",
+            "--eval-every",
+            "100000",
+            "--out",
+            str(run),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + 120
+    while not (run / "model_000.pt").exists() and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(3)  # let it train for a while
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    step = load_checkpoint(run / "model_interrupted.pt")["run"]["step"]
+    assert step > 0 and f"Interrupted at step {step}" in stdout
+    assert [i for i, _, _ in rewards(run)] == [0]
+
+    resumed = run_main("--resume", str(run), "--steps", str(step + 40), "--eval-every", "100000")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"Done: {step + 40} steps" in resumed.stdout
+    assert rewards(run)[-1][:2] == (1, step + 40)
+
+
+def test_resume_with_saved_memory_is_equivalent_to_an_uninterrupted_run(tmp_path):
+    common = [*TINY, "--eval-every", "150", "--save-memory", "--seed", "3"]
+    assert main.main([*common, "--steps", "450", "--out", str(tmp_path / "straight")]) == 0
+    assert main.main([*common, "--steps", "150", "--out", str(tmp_path / "split")]) == 0
+    assert main.main(["--resume", str(tmp_path / "split"), "--steps", "450"]) == 0
+    straight = load_checkpoint(tmp_path / "straight" / "model_003.pt")
+    split = load_checkpoint(tmp_path / "split" / "model_003.pt")
+    for name in ("online", "target"):
+        for key, value in straight["agent"][name].items():
+            assert torch.equal(value, split["agent"][name][key]), (name, key)
+    assert straight["run"]["episodes"] == split["run"]["episodes"]
+    assert rewards(tmp_path / "straight") == rewards(tmp_path / "split")
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--env", "Breakot"], "did you mean Breakout"),
+        (["--steps", "0"], "--steps must be positive"),
+        (["--batch-size", "64", "--memory-size", "50", "--learning-starts", "40"], "exceeds --memory-size"),
+        (["--steps", "1000", "--learning-starts", "5000"], "must be below --steps"),
+        (["--eval-epsilon", "1.5"], "--eval-epsilon must be within [0, 1]"),
+        (["--resume", "no/such/run"], "cannot resume: no run folder"),
+    ],
+)
+def test_bad_input_is_one_line_error(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main.main(argv)
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert message in error
+
+
+def test_existing_run_is_not_overwritten_and_bad_checkpoints_are_refused(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "rewards.txt").write_text("  0        0 1.0 0.0 1.0 1.0 1 1\n")
+    with pytest.raises(SystemExit):
+        main.main(["--out", str(run)])
+    assert f"{run} already holds a run" in capsys.readouterr().err
+    assert (run / "rewards.txt").read_text() == "  0        0 1.0 0.0 1.0 1.0 1 1\n"
+
+    with pytest.raises(SystemExit):
+        main.main(["--resume", str(run)])
+    assert "holds no checkpoint" in capsys.readouterr().err
+    (run / "model_000.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(SystemExit):
+        main.main(["--resume", str(run)])
+    assert "model_000.pt is not a readable checkpoint" in capsys.readouterr().err
+
+
+def test_resume_refuses_changed_configuration(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main.main([*TINY, "--steps", "120", "--eval-every", "120", "--out", str(run)]) == 0
+    with pytest.raises(SystemExit):
+        main.main(["--resume", str(run), "--steps", "200", "--gamma", "0.9"])
+    assert "--gamma cannot change on resume" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main.main(["--resume", str(run), "--steps", "100"])
+    assert "must exceed the checkpoint's step 120" in capsys.readouterr().err
+    assert np.array_equal([i for i, _, _ in rewards(run)], [0, 1])
