@@ -7,12 +7,13 @@ replay memory (utils_memory), the agent and its network (utils_drl, utils_model)
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import signal
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -27,7 +28,7 @@ REWARDS_FILE = "rewards.txt"
 MEMORY_FILE = "memory.pt"
 INTERRUPTED_CHECKPOINT = "model_interrupted.pt"
 # Options that may differ when a run is resumed; all others must match the saved run.
-RESUMABLE_OPTIONS = {"steps", "device", "render", "save_memory", "resume"}
+RESUMABLE_OPTIONS = {"steps", "device", "render", "save_memory", "tensorboard", "resume"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,6 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
     add("--eval-episodes", type=int, default=10)
     add("--eval-epsilon", type=float, default=0.05)
     add("--render", action="store_true", help="save each evaluation's first episode as eval_NNN/*.png")
+    add("--tensorboard", action="store_true", help="log scalars under RUN/tensorboard (needs the tensorboard package)")
+    add(
+        "--evaluate",
+        default=None,
+        metavar="CHECKPOINT",
+        help="play --eval-episodes games with a saved network instead of training",
+    )
     return parser
 
 
@@ -84,6 +92,8 @@ def parse_config(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, 
     parser = build_parser()
     args = parser.parse_args(argv)
     checkpoint = None
+    if args.evaluate is not None:
+        return playback_config(parser, args, argv)
     if args.resume is not None:
         try:
             checkpoint = load_checkpoint(newest_checkpoint(Path(args.resume)))
@@ -97,11 +107,34 @@ def parse_config(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, 
             if name not in RESUMABLE_OPTIONS and name != "out" and saved.get(name) != value:
                 flag = "--" + name.replace("_", "-")
                 parser.error(f"{flag} cannot change on resume (the run used {saved.get(name)!r})")
-        args = argparse.Namespace(**{**saved, **{k: v for k, v in given.items() if k in RESUMABLE_OPTIONS}})
+        defaults = vars(parser.parse_args([]))  # for options newer than the saved run
+        args = argparse.Namespace(**{**defaults, **saved, **{k: v for k, v in given.items() if k in RESUMABLE_OPTIONS}})
         args.out = args.resume
         if args.steps <= checkpoint["run"]["step"]:
             parser.error(f"--steps {args.steps} must exceed the checkpoint's step {checkpoint['run']['step']}")
     check_args(parser, args, resuming=checkpoint is not None)
+    return args, checkpoint
+
+
+def playback_config(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str] | None
+) -> tuple[argparse.Namespace, dict[str, Any]]:
+    """--evaluate: the checkpoint's configuration, with the playback options the user gave."""
+    if args.resume is not None:
+        parser.error("--evaluate plays a checkpoint; it does not go with --resume")
+    try:
+        checkpoint = load_checkpoint(Path(args.evaluate))
+    except CheckpointError as error:
+        parser.exit(2, f"{parser.prog}: error: cannot evaluate: {error}\n")
+    given = explicit_options(parser, argv)
+    playback = {"evaluate", "eval_episodes", "eval_epsilon", "render", "device", "seed"}
+    defaults = vars(parser.parse_args([]))  # for options newer than the saved run
+    args = argparse.Namespace(
+        **{**defaults, **checkpoint["config"], **{k: v for k, v in given.items() if k in playback}}
+    )
+    args.out = given.get("out")
+    if args.eval_episodes <= 0 or not 0.0 <= args.eval_epsilon <= 1.0:
+        parser.error("--eval-episodes must be positive and --eval-epsilon within [0, 1]")
     return args, checkpoint
 
 
@@ -127,6 +160,8 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace, resumi
             parser.error(f"--{name.replace('_', '-')} must be within [0, 1], got {getattr(args, name)}")
     if args.alpha < 0 or args.priority_eps <= 0:
         parser.error("--alpha must be non-negative and --priority-eps positive")
+    if getattr(args, "tensorboard", False) and importlib.util.find_spec("tensorboard") is None:
+        parser.error("--tensorboard needs the tensorboard package: pip install tensorboard")
     if args.lr is None:
         args.lr = 2.5e-5 if args.prioritized else 1e-4  # Schaul et al. divide the step size by 4
     if args.out is None:
@@ -268,8 +303,52 @@ def logged_evaluations(path: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
+class TrainSummary(NamedTuple):
+    exit_code: int  # 0 when all steps ran, 130 when stopped by Ctrl-C
+    steps: int
+    learning_steps_per_second: float  # loop speed once learning started, evaluations excluded
+
+
 def main(argv: list[str] | None = None) -> int:
     args, checkpoint = parse_config(argv)
+    if args.evaluate is not None:
+        return play_checkpoint(args, checkpoint)
+    return train(args, checkpoint).exit_code
+
+
+def play_checkpoint(args: argparse.Namespace, checkpoint: dict[str, Any]) -> int:
+    """Play --eval-episodes games with the checkpoint's network, printing each game's score."""
+    env = AtariEnv(args.env, args.seed, args.sticky_actions, args.max_episode_frames)
+    agent = Agent(env.n_actions, pick_device(args.device), dueling=args.dueling, seed=args.seed)
+    agent.online.load_state_dict(checkpoint["agent"]["online"])
+    rng = np.random.default_rng(args.seed)
+    frame_dir = None
+    if args.render:
+        source = Path(args.evaluate)
+        folder = Path(args.out) if args.out else source.parent
+        frame_dir = folder / f"playback_{source.stem}"
+        suffix = 1
+        while frame_dir.exists():  # never replace frames a user already has
+            frame_dir, suffix = folder / f"playback_{source.stem}_{suffix}", suffix + 1
+    scores = []
+    for episode in range(args.eval_episodes):
+        result = evaluate(
+            lambda state, eps: agent.act(state, eps, rng),
+            env,
+            1,
+            args.eval_epsilon,
+            frame_dir if episode == 0 else None,
+        )
+        scores.append(result.scores[0])
+        print(f"Episode #{episode}: reward: {scores[-1]:.1f}", flush=True)
+    print(f"Mean reward over {len(scores)} episodes: {np.mean(scores):.1f}", flush=True)
+    if frame_dir:
+        print(f"Frames of episode #0: {frame_dir}", flush=True)
+    return 0
+
+
+def train(args: argparse.Namespace, checkpoint: dict[str, Any] | None) -> TrainSummary:
+    """Train (or continue training) the run that ``parse_config`` set up."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     device = pick_device(args.device)
@@ -293,6 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     player = Player(env, memory)
     progress = Progress()
     rewards_path = out / REWARDS_FILE
+    writer = open_tensorboard(out) if args.tensorboard else None
 
     def save(path: Path, line: str | None) -> None:
         if args.save_memory:
@@ -313,15 +393,20 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     def evaluate_and_save() -> None:
+        nonlocal evaluation_seconds
+        evaluation_start = time.perf_counter()
         index = progress.evaluations
         result = run_evaluation(args, agent, index, out)
         progress.evaluations += 1
         progress.last_score = float(np.mean(result.scores))
+        if writer:
+            writer.add_scalar("eval/score", progress.last_score, progress.step)
         line = rewards_line(index, progress.step, result, wall_base + time.perf_counter() - started)
         save(out / f"model_{index:03d}.pt", line)  # the checkpoint first: it carries the line
         append_line(rewards_path, line)
+        evaluation_seconds += time.perf_counter() - evaluation_start
 
-    started, wall_base = time.perf_counter(), 0.0
+    started, wall_base, evaluation_seconds = time.perf_counter(), 0.0, 0.0
     if checkpoint is None:
         evaluate_and_save()  # line 0: the untrained network's score
     else:
@@ -335,7 +420,10 @@ def main(argv: list[str] | None = None) -> int:
         restore_memory(args, out, progress, memory, agent, player)
 
     stop = StopRequest()
-    loss = float("nan")
+    loss = mean_q = float("nan")
+    beta = args.beta0
+    log_clock = (progress.step, time.perf_counter())
+    learning_start = (progress.step, time.perf_counter(), evaluation_seconds)
     bar = tqdm(total=args.steps, initial=progress.step, unit="step", dynamic_ncols=True, mininterval=1.0)
     while progress.step < args.steps and not stop.requested:
         epsilon = linear_schedule(progress.step, args.eps_start, args.eps_end, args.eps_decay_steps)
@@ -343,16 +431,22 @@ def main(argv: list[str] | None = None) -> int:
         progress.step += 1
         if episode_score is not None:
             progress.episodes += 1
+            if writer:
+                writer.add_scalar("train/episode_score", episode_score, progress.step)
         if progress.step > args.learning_starts and progress.step % args.train_every == 0:
             beta = linear_schedule(progress.step, args.beta0, 1.0, args.steps)
             batch = memory.sample(args.batch_size, beta)
             result = agent.learn(batch)
             memory.update_priorities(batch.indices, result.td_errors)
             loss = result.loss if np.isnan(loss) else 0.99 * loss + 0.01 * result.loss
+            mean_q = result.mean_q if np.isnan(mean_q) else 0.99 * mean_q + 0.01 * result.mean_q
         if progress.step % args.target_every == 0:
             agent.sync_target()
+        if progress.step == args.learning_starts:
+            learning_start = (progress.step, time.perf_counter(), evaluation_seconds)
         if progress.step % args.eval_every == 0:
             evaluate_and_save()
+            log_clock = (progress.step, time.perf_counter())  # keep evaluations out of steps/s
         bar.update()
         if progress.step % 100 == 0:
             bar.set_postfix(
@@ -362,15 +456,35 @@ def main(argv: list[str] | None = None) -> int:
                 eval=progress.last_score,
                 refresh=False,
             )
+            if writer and progress.step > log_clock[0]:
+                now = time.perf_counter()
+                scalars = {"epsilon": epsilon, "loss": loss, "mean_q": mean_q}
+                scalars["steps_per_second"] = (progress.step - log_clock[0]) / (now - log_clock[1])
+                if args.prioritized:
+                    scalars["beta"] = beta
+                for name, value in scalars.items():
+                    writer.add_scalar(f"train/{name}", value, progress.step)
+                log_clock = (progress.step, now)
     bar.close()
+    if writer:
+        writer.close()
+    first_step, start_time, start_evaluation_seconds = learning_start
+    loop_seconds = time.perf_counter() - start_time - (evaluation_seconds - start_evaluation_seconds)
+    learning_sps = (progress.step - first_step) / loop_seconds if progress.step > first_step else float("nan")
     if stop.requested:
         save(out / INTERRUPTED_CHECKPOINT, None)
         print(f"Interrupted at step {progress.step}; continue with: python main.py --resume {out}", flush=True)
-        return 130
+        return TrainSummary(130, progress.step, learning_sps)
     if progress.step % args.eval_every != 0:
         evaluate_and_save()  # the final policy always gets a line
     print(f"Done: {progress.step} steps, last evaluation score {progress.last_score:.1f}", flush=True)
-    return 0
+    return TrainSummary(0, progress.step, learning_sps)
+
+
+def open_tensorboard(out: Path) -> Any:
+    from torch.utils.tensorboard import SummaryWriter  # optional dependency, checked in check_args
+
+    return SummaryWriter(str(out / "tensorboard"))
 
 
 def restore_memory(

@@ -160,3 +160,42 @@ def test_resume_refuses_changed_configuration(tmp_path, capsys):
         main.main(["--resume", str(run), "--steps", "100"])
     assert "must exceed the checkpoint's step 120" in capsys.readouterr().err
     assert np.array_equal([i for i, _, _ in rewards(run)], [0, 1])
+
+
+def test_evaluate_a_checkpoint_prints_each_episode(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main.main([*TINY, "--steps", "120", "--eval-every", "120", "--out", str(run)]) == 0
+    capsys.readouterr()
+    assert main.main(["--evaluate", str(run / "model_001.pt"), "--eval-episodes", "3", "--render"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    episodes = [line for line in lines if line.startswith("Episode #")]
+    assert [line.split(":")[0] for line in episodes] == ["Episode #0", "Episode #1", "Episode #2"]
+    scores = [float(line.split("reward: ")[1]) for line in episodes]
+    assert f"Mean reward over 3 episodes: {np.mean(scores):.1f}" in lines
+    frames = sorted((run / "playback_model_001").iterdir())
+    assert frames and frames[0].name == "000000.png"
+    with pytest.raises(SystemExit):
+        main.main(["--evaluate", str(run / "missing.pt")])
+    assert "cannot evaluate: no checkpoint" in capsys.readouterr().err
+
+
+def test_tensorboard_scalars(tmp_path, monkeypatch, capsys):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = tmp_path / "run"
+    argv = [*TINY, "--steps", "300", "--eval-every", "150", "--prioritized", "--tensorboard", "--out", str(run)]
+    assert main.main(argv) == 0
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    expected = {"eval/score", "train/episode_score", "train/loss", "train/mean_q", "train/epsilon"}
+    assert expected | {"train/steps_per_second", "train/beta"} <= tags
+    assert [event.step for event in events.Scalars("eval/score")] == [0, 150, 300]
+
+    real_find_spec = main.importlib.util.find_spec
+    monkeypatch.setattr(
+        main.importlib.util, "find_spec", lambda name: None if name == "tensorboard" else real_find_spec(name)
+    )
+    with pytest.raises(SystemExit):
+        main.main(["--tensorboard", "--out", str(tmp_path / "other")])
+    assert "--tensorboard needs the tensorboard package" in capsys.readouterr().err

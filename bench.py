@@ -1,0 +1,224 @@
+"""Measure the speed and memory of each part of the training loop on this machine.
+
+    python bench.py           # a few minutes: a table
+    python bench.py --json    # the same figures as one JSON object
+    python bench.py --quick   # under a minute, rougher (used by the tests)
+
+A DQN loop on a CPU is bounded by one gradient step every ``train_every`` agent steps plus
+one forward pass and one emulator step per agent step. ``bound_sps`` is that limit, and each
+loop's ``efficiency`` is its measured steps/s divided by it: the share of time spent on
+necessary work rather than bookkeeping. All figures come from the project's own modules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import ale_py
+import numpy as np
+import torch
+
+import main
+from utils_drl import Agent
+from utils_env import AtariEnv, resolve_env_id
+from utils_memory import PrioritizedReplayMemory, ReplayMemory, SumTree
+from utils_types import Batch
+
+CAPACITY = 1_000_000
+BATCH = 32
+
+
+def median_seconds(fn: Callable[[], Any], repeats: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def random_batch(rng: np.random.Generator, n_actions: int, device: torch.device) -> Batch:
+    frames = torch.from_numpy(rng.integers(0, 256, (BATCH, 5, 84, 84), dtype=np.uint8)).to(device)
+    return Batch(
+        states=frames[:, :-1],
+        actions=torch.from_numpy(rng.integers(0, n_actions, BATCH)).to(device),
+        rewards=torch.from_numpy(rng.integers(-1, 2, BATCH).astype(np.float32)).to(device),
+        next_states=frames[:, 1:],
+        dones=torch.zeros(BATCH, device=device),
+        weights=torch.ones(BATCH, device=device),
+        indices=np.arange(BATCH),
+    )
+
+
+def bench_network(n_actions: int, device: torch.device, repeats: int) -> dict[str, float]:
+    agent = Agent(n_actions, device)
+    rng = np.random.default_rng(0)
+    batch = random_batch(rng, n_actions, device)
+    state = rng.integers(0, 256, (4, 84, 84), dtype=np.uint8)
+    return {
+        "train_step_ms": 1e3 * median_seconds(lambda: agent.learn(batch), repeats),
+        "act_ms": 1e3 * median_seconds(lambda: agent.act(state, 0.0), repeats * 10),
+    }
+
+
+def bench_env(env_id: str, steps: int) -> float:
+    env = AtariEnv(env_id, seed=0)
+    env.reset()
+    actions = np.random.default_rng(0).integers(env.n_actions, size=steps)
+    times = []
+    for action in actions:
+        start = time.perf_counter()
+        result = env.step(int(action))
+        times.append(time.perf_counter() - start)
+        if result.terminated or result.truncated:
+            env.reset()  # resets are rarer than steps in real play and left out of the median
+    return 1e3 * statistics.median(times)
+
+
+def bench_loop(env_id: str, prioritized: bool, learning_starts: int, steps: int, train_every: int) -> float:
+    """The real training loop's steps/s once learning started (main.train, evaluations excluded)."""
+    with tempfile.TemporaryDirectory() as folder:
+        argv = [
+            "--env", env_id, "--steps", str(learning_starts + steps), "--learning-starts", str(learning_starts),
+            "--train-every", str(train_every), "--eval-every", str(10**9), "--eval-episodes", "1",
+            "--max-episode-frames", "20000", "--out", str(Path(folder) / "run"),
+        ]  # fmt: skip
+        if prioritized:
+            argv.append("--prioritized")
+        args, _ = main.parse_config(argv)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            return main.train(args, None).learning_steps_per_second
+
+
+def filled_memory(memory: ReplayMemory, steps: int) -> ReplayMemory:
+    frame = np.random.default_rng(0).integers(0, 256, (84, 84), dtype=np.uint8)
+    for step in range(steps):
+        memory.push(frame, step % 4, 0.0, step % 500 == 499, step % 500 == 0)
+    return memory
+
+
+def bench_memories(fill: int, repeats: int) -> dict[str, float]:
+    rng = np.random.default_rng(0)
+    frame = rng.integers(0, 256, (84, 84), dtype=np.uint8)
+    uniform = filled_memory(ReplayMemory(CAPACITY), fill)
+    prioritized = filled_memory(PrioritizedReplayMemory(CAPACITY), fill)
+    sampled = prioritized.sample(BATCH).indices
+    td_errors = rng.random(BATCH).astype(np.float32)
+
+    tree = SumTree(CAPACITY)
+    tree.leaves[:] = rng.random(CAPACITY)
+    tree.rebuild()
+    push_slots = [rng.integers(0, CAPACITY, 5) for _ in range(4)]
+    push_values = rng.random(5)
+    batch_values = rng.random(BATCH)
+
+    def priority_cycle() -> None:
+        for slots in push_slots:  # a push refreshes 5 leaves
+            tree.update(slots, push_values)
+        tree.update(tree.sample(BATCH, rng), batch_values)
+
+    return {
+        "memory_push_us": 1e6 * median_seconds(lambda: uniform.push(frame, 1, 0.0, False, False), repeats * 10),
+        "memory_push_prioritized_us": 1e6
+        * median_seconds(lambda: prioritized.push(frame, 1, 0.0, False, False), repeats * 10),
+        "memory_sample_us": 1e6 * median_seconds(lambda: uniform.sample(BATCH), repeats * 10),
+        "memory_sample_prioritized_us": 1e6 * median_seconds(lambda: prioritized.sample(BATCH, 0.5), repeats * 10),
+        "priority_update_us": 1e6
+        * median_seconds(lambda: prioritized.update_priorities(sampled, td_errors), repeats * 10),
+        "priority_cycle_us": 1e6 * median_seconds(priority_cycle, repeats * 10),
+        "bytes_per_transition_uniform": ReplayMemory(CAPACITY).nbytes / CAPACITY,
+        "bytes_per_transition_prioritized": PrioritizedReplayMemory(CAPACITY).nbytes / CAPACITY,
+    }
+
+
+def run(env: str, quick: bool, train_every: int) -> dict[str, Any]:
+    env_id = resolve_env_id(env)
+    device = main.pick_device("auto")
+    learning_starts, loop_steps = (200, 300) if quick else (1000, 3000)
+    figures: dict[str, Any] = {}
+    figures.update(bench_network(AtariEnv(env_id, 0).n_actions, device, repeats=10 if quick else 50))
+    figures["env_step_ms"] = bench_env(env_id, 300 if quick else 3000)
+    figures["bound_sps"] = 1e3 / (figures["train_step_ms"] / train_every + figures["act_ms"] + figures["env_step_ms"])
+    figures["sps_uniform"] = bench_loop(env_id, False, learning_starts, loop_steps, train_every)
+    figures["sps_prioritized"] = bench_loop(env_id, True, learning_starts, loop_steps, train_every)
+    figures["efficiency_uniform"] = figures["sps_uniform"] / figures["bound_sps"]
+    figures["efficiency_prioritized"] = figures["sps_prioritized"] / figures["bound_sps"]
+    figures["prioritized_over_uniform"] = figures["sps_prioritized"] / figures["sps_uniform"]
+    figures.update(bench_memories(fill=2_000 if quick else 20_000, repeats=20 if quick else 100))
+    figures["settings"] = {
+        "game": env_id,
+        "loop_steps": loop_steps,
+        "learning_starts": learning_starts,
+        "train_every": train_every,
+        "batch_size": BATCH,
+        "memory_capacity": CAPACITY,
+        "device": str(device),
+        "torch_threads": torch.get_num_threads(),
+        "quick": quick,
+        "torch": torch.__version__,
+        "ale_py": ale_py.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+        "cpu": platform.processor() or platform.machine(),
+    }
+    return figures
+
+
+ROWS = [
+    ("train_step_ms", "one learning step, batch 32 (ms)", ".2f"),
+    ("act_ms", "one greedy action, batch 1 (ms)", ".3f"),
+    ("env_step_ms", "one preprocessed env step (ms)", ".3f"),
+    ("bound_sps", "loop limit from the three above (steps/s)", ".1f"),
+    ("sps_uniform", "training loop, uniform replay (steps/s)", ".1f"),
+    ("sps_prioritized", "training loop, prioritized replay (steps/s)", ".1f"),
+    ("efficiency_uniform", "uniform loop / limit", ".3f"),
+    ("efficiency_prioritized", "prioritized loop / limit", ".3f"),
+    ("prioritized_over_uniform", "prioritized / uniform steps/s", ".3f"),
+    ("bytes_per_transition_uniform", "uniform memory, bytes per transition", ".1f"),
+    ("bytes_per_transition_prioritized", "prioritized memory, bytes per transition", ".1f"),
+    ("memory_push_us", "push one step, uniform (µs)", ".1f"),
+    ("memory_push_prioritized_us", "push one step, prioritized (µs)", ".1f"),
+    ("memory_sample_us", "sample batch 32, uniform (µs)", ".1f"),
+    ("memory_sample_prioritized_us", "sample batch 32, prioritized (µs)", ".1f"),
+    ("priority_update_us", "update 32 priorities, memory (µs)", ".1f"),
+    ("priority_cycle_us", "priority cycle: 4 adds + sample + update (µs)", ".1f"),
+]
+
+
+def table(figures: dict[str, Any]) -> str:
+    width = max(len(label) for _, label, _ in ROWS)
+    lines = [f"{label:<{width}}  {figures[key]:>10{fmt}}" for key, label, fmt in ROWS]
+    settings = figures["settings"]
+    lines.append(
+        f"({settings['game']}, {settings['loop_steps']} loop steps after {settings['learning_starts']}, "
+        f"train every {settings['train_every']}, {settings['device']}, {settings['torch_threads']} torch threads, "
+        f"torch {settings['torch']}, ale-py {settings['ale_py']}; memories at capacity {CAPACITY:,})"
+    )
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--quick", action="store_true", help="fewer steps and repeats: under a minute")
+    parser.add_argument("--env", default="Breakout")
+    parser.add_argument("--train-every", type=int, default=4)
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    arguments = parse_args()
+    results = run(arguments.env, arguments.quick, arguments.train_every)
+    print(json.dumps(results, indent=2) if arguments.json else table(results))

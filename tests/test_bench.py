@@ -1,0 +1,26 @@
+"""Smoke test of bench.py: every figure is there and positive (no wall-time assertions)."""
+
+import json
+import math
+
+import bench
+
+KEYS = [
+    "train_step_ms", "act_ms", "env_step_ms", "bound_sps", "sps_uniform", "sps_prioritized",
+    "efficiency_uniform", "efficiency_prioritized", "bytes_per_transition_uniform",
+    "bytes_per_transition_prioritized", "memory_push_us", "memory_sample_us", "priority_update_us",
+    "priority_cycle_us",
+]  # fmt: skip
+
+
+def test_quick_benchmark_reports_every_figure():
+    figures = bench.run("Breakout", quick=True, train_every=4)
+    for key in KEYS:
+        assert math.isfinite(figures[key]) and figures[key] > 0, key
+    assert figures["bytes_per_transition_uniform"] <= 7_100
+    assert figures["bytes_per_transition_prioritized"] - figures["bytes_per_transition_uniform"] <= 16
+    settings = figures["settings"]
+    assert settings["game"] == "ALE/Breakout-v5" and settings["train_every"] == 4 and settings["torch"]
+    assert json.loads(json.dumps(figures)) == figures
+    rendered = bench.table(figures)
+    assert "priority cycle" in rendered and "ale-py" in rendered
