@@ -1,4 +1,5 @@
 # Two commands on a fresh machine: `make run` trains (pass flags with ARGS="..."), `make test` tests.
+# tensorboard is optional for training (--tensorboard) but installed here so its test runs.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -22,5 +23,5 @@ install: $(VENV)/installed
 $(VENV)/installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -r requirements.txt pytest==9.2.0 ruff==0.17.6
+	$(BIN)/python -m pip install --quiet -r requirements.txt pytest==9.2.0 ruff==0.17.6 tensorboard
 	touch $@

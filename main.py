@@ -7,6 +7,7 @@ replay memory (utils_memory), the agent and its network (utils_drl, utils_model)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import signal
 import sys
@@ -101,8 +102,9 @@ def parse_config(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, 
             parser.exit(2, f"{parser.prog}: error: cannot resume: {error}\n")
         saved = checkpoint["config"]
         given = explicit_options(parser, argv)
-        if "env" in given:
-            given["env"] = resolve_env_id(given["env"]) if given["env"] in saved["env"] else given["env"]
+        if "env" in given:  # compare game ids, not spellings
+            with contextlib.suppress(ValueError):
+                given["env"] = resolve_env_id(given["env"])
         for name, value in given.items():
             if name not in RESUMABLE_OPTIONS and name != "out" and saved.get(name) != value:
                 flag = "--" + name.replace("_", "-")
@@ -189,7 +191,10 @@ def newest_checkpoint(run_dir: Path) -> Path:
     """The run's checkpoint with the highest step: the last evaluation's or an interrupted one."""
     if not run_dir.is_dir():
         raise CheckpointError(f"no run folder {run_dir}")
-    evaluations = sorted(run_dir.glob("model_[0-9][0-9][0-9]*.pt"))
+    evaluations = sorted(
+        (p for p in run_dir.glob("model_*.pt") if p.stem.removeprefix("model_").isdigit()),
+        key=lambda p: int(p.stem.removeprefix("model_")),
+    )
     candidates = evaluations[-1:] + [p for p in [run_dir / INTERRUPTED_CHECKPOINT] if p.exists()]
     if not candidates:
         raise CheckpointError(f"{run_dir} holds no checkpoint (model_NNN.pt)")

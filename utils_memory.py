@@ -21,6 +21,7 @@ Terminal steps are sampleable: their next state is never used (it is masked by `
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numba
@@ -144,15 +145,34 @@ class ReplayMemory:
         raise RuntimeError("could not draw sampleable transitions; are all games cut by the frame limit?")
 
     def _batch(self, slots: np.ndarray, weights: np.ndarray) -> Batch:
-        frames = torch.from_numpy(self.frames[self.stack_slots(slots)]).to(self.device)
-        to_device = lambda a, dtype: torch.from_numpy(a).to(self.device, dtype)
+        """Gather the batch into one host buffer (frames, then actions, rewards, dones and
+        weights as float32) and move it to the device in a single transfer."""
+        n = len(slots)
+        frames_shape = (n, self.stack_depth + 1, *self.frames.shape[1:])
+        frame_bytes = math.prod(frames_shape)
+        scalars_at = -(-frame_bytes // 4) * 4  # float32 alignment
+        buffer = np.empty(scalars_at + 4 * 4 * n, dtype=np.uint8)
+        # mode="clip" (the slots are valid anyway) spares numpy an extra buffered copy into out.
+        np.take(
+            self.frames, self.stack_slots(slots), axis=0, out=buffer[:frame_bytes].reshape(frames_shape), mode="clip"
+        )
+        scalars = buffer[scalars_at:].view(np.float32).reshape(4, n)
+        scalars[0], scalars[1], scalars[2], scalars[3] = (
+            self.actions[slots],
+            self.rewards[slots],
+            self.dones[slots],
+            weights,
+        )
+        on_device = torch.from_numpy(buffer).to(self.device)
+        frames = on_device[:frame_bytes].view(frames_shape)
+        actions, rewards, dones, weights_on_device = on_device[scalars_at:].view(torch.float32).view(4, n)
         return Batch(
             states=frames[:, :-1],
-            actions=to_device(self.actions[slots], torch.int64),
-            rewards=to_device(self.rewards[slots], torch.float32),
+            actions=actions.long(),
+            rewards=rewards,
             next_states=frames[:, 1:],
-            dones=to_device(self.dones[slots], torch.float32),
-            weights=to_device(weights, torch.float32),
+            dones=dones,
+            weights=weights_on_device,
             indices=slots,
         )
 

@@ -1,0 +1,154 @@
+"""Plot learning curves from rewards.txt: ``python plot.py runs/Pong-seed0 [runs/Pong-seed1 ...]``.
+
+Each line of rewards.txt is one evaluation: index, training agent steps, mean score, then (in files
+written since those columns were added) standard deviation, minimum, maximum, episodes and wall seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure  # a bare Figure renders with Agg and needs no display or pyplot state
+from matplotlib.ticker import EngFormatter
+
+REWARDS_FILE = "rewards.txt"
+
+
+class PlotError(Exception):
+    """Bad input, reported as one line on stderr with exit status 2."""
+
+
+@dataclass
+class Curve:
+    label: str
+    steps: np.ndarray
+    scores: np.ndarray
+    low: np.ndarray | None  # each evaluation's minimum and maximum score, when every line has them
+    high: np.ndarray | None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=(
+            "Plot the evaluation score (rewards.txt column 3) against training steps (column 2), one line per run, "
+            "with a shaded band from each evaluation's minimum to maximum score (columns 5 and 6) when present."
+        ),
+        epilog="example: python plot.py runs/Pong-seed0 runs/Pong-seed0-per -o pong.png --title Pong",
+    )
+    parser.add_argument(
+        "runs",
+        nargs="+",
+        type=Path,
+        metavar="RUN",
+        help="a run folder, or its rewards.txt; each run is labelled by its folder's name",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        metavar="FILE",
+        help="image to write; its suffix picks the format (.png, .svg, .pdf, ...) "
+        "(default: RUN/curve.png for one run, curves.png in the current folder for several)",
+    )
+    parser.add_argument("--title", help="title above the plot (default: none)")
+    parser.add_argument("--no-band", action="store_true", help="leave out the minimum..maximum bands")
+    return parser
+
+
+def rewards_path(run: Path) -> Path:
+    path = run / REWARDS_FILE if run.is_dir() else run
+    if not path.is_file():
+        raise PlotError(f"no rewards file {path}")
+    return path
+
+
+def read_curve(path: Path) -> Curve:
+    """Parse one rewards.txt; any line that does not parse is an error, never skipped."""
+    try:
+        lines = path.read_text().splitlines()
+    except UnicodeDecodeError:
+        raise PlotError(f"{path} is not a text file") from None
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        fields = line.split()
+        if len(fields) < 3:
+            raise PlotError(
+                f"{path}:{number}: expected at least 3 columns (index, step, score), got {len(fields)}: {line!r}"
+            )
+        try:
+            int(fields[0])
+            rows.append([int(fields[1]), *map(float, fields[2:])])
+        except ValueError:
+            raise PlotError(f"{path}:{number}: not a number where one is expected: {line!r}") from None
+    if not rows:
+        raise PlotError(f"{path} holds no evaluations")
+    has_band = all(len(row) >= 5 for row in rows)  # step, mean, std, min, max, ...: columns 2 to 6
+    band = np.array([row[3:5] for row in rows]) if has_band else None
+    return Curve(
+        label=path.resolve().parent.name,
+        steps=np.array([row[0] for row in rows]),
+        scores=np.array([row[1] for row in rows]),
+        low=band[:, 0] if band is not None else None,
+        high=band[:, 1] if band is not None else None,
+    )
+
+
+def draw(curves: list[Curve], title: str | None = None, band: bool = True) -> Figure:
+    figure = Figure(figsize=(8, 4.5), dpi=120, layout="constrained")
+    axes = figure.add_subplot()
+    banded = False
+    for curve in curves:
+        (line,) = axes.plot(curve.steps, curve.scores, marker="o", markersize=3, label=curve.label)
+        if band and curve.low is not None:
+            axes.fill_between(curve.steps, curve.low, curve.high, color=line.get_color(), alpha=0.2, linewidth=0)
+            banded = True
+    axes.set_xlabel("training steps (agent steps, 4 frames each)")
+    axes.set_ylabel("evaluation score" + (" (mean, band: min to max)" if banded else " (mean)"))
+    axes.xaxis.set_major_formatter(EngFormatter())  # 2.5 M rather than an offset like 1e7
+    axes.grid(alpha=0.3)
+    axes.legend()
+    if title:
+        axes.set_title(title)
+    return figure
+
+
+def save(figure: Figure, output: Path) -> None:
+    """Write to a temporary file beside ``output``, then rename it, so the image is never half-written."""
+    image_format = output.suffix[1:].lower()
+    if image_format not in figure.canvas.get_supported_filetypes():
+        raise PlotError(f"-o {output}: unknown image format {output.suffix or '(no suffix)'}; use .png, .svg or .pdf")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    temporary = output.with_name(f".{output.name}.tmp")
+    try:
+        figure.savefig(temporary, format=image_format)
+        os.replace(temporary, output)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        paths = [rewards_path(run) for run in args.runs]
+        curves = [read_curve(path) for path in paths]
+        labels = [curve.label for curve in curves]
+        if len(set(labels)) < len(labels):  # runs/a/Pong-seed0 and runs/b/Pong-seed0: tell them apart
+            for curve, path in zip(curves, paths, strict=True):
+                curve.label = str(path.parent)
+        output = args.output or (paths[0].parent / "curve.png" if len(paths) == 1 else Path("curves.png"))
+        save(draw(curves, args.title, band=not args.no_band), output)
+    except PlotError as error:
+        print(f"plot.py: error: {error}", file=sys.stderr)
+        return 2
+    print(output, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

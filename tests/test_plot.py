@@ -1,0 +1,97 @@
+"""plot.py: learning curves from 8- and 3-column rewards.txt files, several runs, and one-line errors."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+import plot
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write_rewards(run: Path, columns: int, evaluations: int = 5) -> Path:
+    """A rewards.txt in main.py's format, cut to its first ``columns`` columns."""
+    run.mkdir(parents=True)
+    lines = []
+    for i in range(evaluations):
+        mean = -21.0 + 4 * i
+        line = f"{i:3d} {i * 250_000:8d} {mean:.1f} {1.5:.1f} {mean - 2:.1f} {mean + 3:.1f} {10} {i * 600:.0f}"
+        lines.append(" ".join(line.split()[:columns]) if columns < 8 else line)
+    (run / "rewards.txt").write_text("\n".join(lines) + "\n")
+    return run
+
+
+def check_png(path: Path) -> None:
+    assert path.stat().st_size > 1000
+    with Image.open(path) as image:
+        assert image.format == "PNG" and 400 <= image.width <= 2000 and 300 <= image.height <= 2000
+
+
+def run_error(capsys, *argv: str) -> str:
+    assert plot.main(list(argv)) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert captured.out == "" and len(lines) == 1 and lines[0].startswith("plot.py: error: "), captured.err
+    return lines[0]
+
+
+def test_one_run_writes_curve_png_beside_rewards(tmp_path, capsys):
+    full = write_rewards(tmp_path / "Pong-seed0", columns=8)
+    assert plot.main([str(full)]) == 0
+    assert capsys.readouterr().out == f"{full / 'curve.png'}\n"
+    check_png(full / "curve.png")
+
+    old = write_rewards(tmp_path / "old", columns=3)
+    assert plot.main([str(old / "rewards.txt"), "-o", str(tmp_path / "out" / "old.png"), "--title", "Old"]) == 0
+    check_png(tmp_path / "out" / "old.png")
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_read_curve_columns(tmp_path):
+    curve = plot.read_curve(write_rewards(tmp_path / "a", columns=8) / "rewards.txt")
+    assert curve.label == "a"
+    assert curve.steps.tolist() == [0, 250_000, 500_000, 750_000, 1_000_000]
+    assert curve.scores.tolist() == [-21.0, -17.0, -13.0, -9.0, -5.0]
+    np.testing.assert_array_equal(curve.low, curve.scores - 2)
+    np.testing.assert_array_equal(curve.high, curve.scores + 3)
+    assert plot.read_curve(write_rewards(tmp_path / "b", columns=3) / "rewards.txt").low is None
+
+
+def test_two_runs_on_one_figure(tmp_path, capsys, monkeypatch):
+    runs = [write_rewards(tmp_path / "Pong-seed0", columns=8), write_rewards(tmp_path / "Pong-seed0-per", columns=3)]
+    figure = plot.draw([plot.read_curve(run / "rewards.txt") for run in runs])
+    axes = figure.axes[0]
+    assert [line.get_label() for line in axes.lines] == ["Pong-seed0", "Pong-seed0-per"]
+    assert len(axes.collections) == 1  # the band of the 8-column run only
+
+    monkeypatch.chdir(tmp_path)
+    assert plot.main([str(run) for run in runs]) == 0
+    assert capsys.readouterr().out == "curves.png\n"
+    check_png(tmp_path / "curves.png")
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
+    run = write_rewards(tmp_path / "run", columns=8)
+    path = run / "rewards.txt"
+    path.write_text(path.read_text() + "  5  1250000\n")
+    assert f"{path}:6: expected at least 3 columns" in run_error(capsys, str(run))
+    path.write_text("  0        0 -21.0\n  1   250000 abc\n")
+    assert f"{path}:2: not a number" in run_error(capsys, str(run))
+    path.write_text("")
+    assert "holds no evaluations" in run_error(capsys, str(run))
+    assert f"no rewards file {tmp_path / 'missing' / 'rewards.txt'}" in run_error(
+        capsys, str(tmp_path / "missing" / "rewards.txt")
+    )
+    assert "unknown image format" in run_error(capsys, str(write_rewards(tmp_path / "ok", 3)), "-o", "x.bmpx")
+    assert not list(tmp_path.rglob("*.png"))
+
+
+def test_command_line(tmp_path):
+    run = write_rewards(tmp_path / "run", columns=8)
+    done = subprocess.run([sys.executable, str(ROOT / "plot.py"), str(run)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{run / 'curve.png'}\n"
+    check_png(run / "curve.png")

@@ -1,0 +1,216 @@
+"""Turn rendered evaluation games into videos: ``python video.py runs/Pong-seed0/eval_003``.
+
+``main.py --render`` saves the first game of evaluation NNN as ``eval_NNN/000000.png, 000001.png, ...``,
+one frame per agent step. This writes such folders as H.264 MP4s (imageio, with the ffmpeg binary
+that imageio-ffmpeg bundles) or animated GIFs (pillow).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import imageio.v2 as imageio
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+from tqdm import tqdm
+
+EVAL_FOLDER = re.compile(r"eval_(\d+)")  # not eval_NNN.partial: main.py is still writing that one
+FRAME_FILE = re.compile(r"(\d+)\.png", re.IGNORECASE)
+VIDEO_SUFFIXES = (".mp4", ".gif")
+RUN_MARKERS = ("rewards.txt", "model_*.pt")
+
+
+class VideoError(Exception):
+    """Bad input, reported as one line on stderr with exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=(
+            "Turn frame folders written by main.py --render into MP4 (H.264, yuv420p) or GIF videos.\n"
+            "H.264 in yuv420p needs an even width and height: a frame with an odd one gets a black column or\n"
+            "row added on the right or bottom. Frames are never resized (Atari's 160x210 is already even)."
+        ),
+        epilog=(
+            "examples:\n"
+            "  python video.py runs/Pong-seed0/eval_003             # writes runs/Pong-seed0/eval_003.mp4\n"
+            "  python video.py runs/Pong-seed0 -o videos            # videos/eval_000.mp4, eval_001.mp4, ...\n"
+            "  python video.py runs/Pong-seed0 --concat -o all.mp4  # every evaluation, one after the other\n"
+            "  python video.py runs/Pong-seed0/eval_003 -o pong.gif --fps 15"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "folders",
+        nargs="+",
+        type=Path,
+        metavar="FOLDER",
+        help="an eval_NNN folder of frames, or a run folder (meaning all its eval_NNN folders, in order)",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        metavar="PATH",
+        help="FILE.mp4 or FILE.gif (for one folder, or with --concat), or else a folder for one video per "
+        "frame folder, created if missing (default: beside each frame folder, RUN/eval_NNN.mp4)",
+    )
+    parser.add_argument(
+        "--fps",
+        type=positive_float,
+        default=30.0,
+        help="frames per second (default: 30); one frame is one agent step of 4 emulator frames at 60 Hz, so 15 "
+        "is the game's real speed. GIFs store durations in 1/100 s, and browsers slow GIFs above 50 fps",
+    )
+    parser.add_argument(
+        "--concat", action="store_true", help="write all folders, in the order given, into one video: -o FILE"
+    )
+    return parser
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:  # also rejects nan
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def frame_folders(path: Path) -> list[Path]:
+    """A run folder stands for its eval_NNN folders in evaluation order; any other folder holds frames."""
+    if not path.exists():
+        raise VideoError(f"no folder {path}")
+    if not path.is_dir():
+        raise VideoError(f"{path} is not a folder")
+    evaluations = [p for p in path.iterdir() if p.is_dir() and EVAL_FOLDER.fullmatch(p.name)]
+    if evaluations:
+        return sorted(evaluations, key=lambda p: int(EVAL_FOLDER.fullmatch(p.name)[1]))
+    if any(any(path.glob(marker)) for marker in RUN_MARKERS):
+        raise VideoError(f"{path} is a run folder without eval_NNN folders: main.py saves frames with --render")
+    return [path]
+
+
+def frame_paths(folder: Path) -> list[Path]:
+    """The folder's frames in numeric order (2.png before 10.png), refusing anything else in it."""
+    entries = list(folder.iterdir())
+    if not entries:
+        raise VideoError(f"{folder} holds no frames")
+    for entry in sorted(entries):
+        if not (entry.is_file() and FRAME_FILE.fullmatch(entry.name)):
+            raise VideoError(f"{entry} is not a frame: a frame folder holds only numbered PNGs (000000.png, ...)")
+    frames = sorted(entries, key=lambda p: int(p.stem))
+    for before, after in itertools.pairwise(frames):
+        if int(before.stem) == int(after.stem):
+            raise VideoError(f"{before} and {after} have the same frame number")
+    return frames
+
+
+def check_frames(frames: list[Path]) -> None:
+    """Read every frame's header, so an unreadable or odd-sized frame fails before any video is written."""
+    first_size = None
+    for path in frames:
+        try:
+            with Image.open(path) as image:
+                size = image.size
+        except (UnidentifiedImageError, OSError):
+            raise VideoError(f"{path} is not a readable image") from None
+        if first_size is None:
+            first_size = size
+        elif size != first_size:
+            raise VideoError(
+                f"{path} is {size[0]}x{size[1]} but {frames[0]} is {first_size[0]}x{first_size[1]}: "
+                "all frames of a video must be the same size"
+            )
+
+
+def plan(inputs: list[Path], output: Path | None, concat: bool) -> list[tuple[list[Path], Path]]:
+    """Check all the input and decide every video to write: (frames, target file) pairs."""
+    folders = []
+    for path in inputs:
+        if path.name in ("", ".."):  # "." or "..": name the video after the real folder
+            path = path.resolve()
+        folders.extend(frame_folders(path))
+    output_is_file = output is not None and output.suffix.lower() in VIDEO_SUFFIXES
+    if output is not None and output.suffix and not output_is_file and not output.is_dir():
+        raise VideoError(f"-o {output}: give a .mp4 or .gif file, or a folder")
+    if concat:
+        if not output_is_file:
+            raise VideoError("--concat writes one video: give its file with -o FILE.mp4 or -o FILE.gif")
+        jobs = [([frame for folder in folders for frame in frame_paths(folder)], output)]
+    elif output_is_file:
+        if len(folders) > 1:
+            raise VideoError(
+                f"{len(folders)} frame folders but one -o file: use --concat, or give -o a folder for one video each"
+            )
+        jobs = [(frame_paths(folders[0]), output)]
+    else:
+        jobs = [(frame_paths(f), (output or f.parent) / f"{f.name}.mp4") for f in folders]
+        targets = [target.resolve() for _, target in jobs]
+        for target in targets:
+            if targets.count(target) > 1:
+                raise VideoError(f"two frame folders would both be written to {target}: convert them separately")
+    for frames, _ in jobs:
+        check_frames(frames)
+    return jobs
+
+
+def read_frames(frames: list[Path], description: str) -> Iterator[Image.Image]:
+    for path in tqdm(frames, desc=description, unit="frame", leave=False, disable=None):
+        try:
+            with Image.open(path) as image:
+                yield image.convert("RGB")
+        except OSError:  # a truncated PNG passes the header check and fails only here
+            raise VideoError(f"{path} is not a readable image") from None
+
+
+def write_mp4(images: Iterator[Image.Image], path: Path, fps: float) -> None:
+    # macro_block_size=1: imageio would otherwise resize frames to multiples of 16; we pad to even sizes instead
+    with imageio.get_writer(
+        path, format="FFMPEG", fps=fps, codec="libx264", pixelformat="yuv420p", macro_block_size=1
+    ) as writer:
+        for image in images:
+            pixels = np.asarray(image)
+            height, width = pixels.shape[:2]
+            writer.append_data(np.pad(pixels, ((0, height % 2), (0, width % 2), (0, 0))))
+
+
+def write_gif(images: Iterator[Image.Image], path: Path, fps: float) -> None:
+    # pillow merges identical consecutive frames into one longer frame, so the playing time is kept
+    first = next(images)
+    first.save(path, format="GIF", save_all=True, append_images=images, duration=round(1000 / fps), loop=0)
+
+
+def write_video(frames: list[Path], target: Path, fps: float) -> None:
+    """Write to a temporary file beside ``target``, then rename it, so a video is never half-written."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # the temporary name keeps the suffix: ffmpeg picks the container from it
+    temporary = target.with_name(f".{target.stem}.tmp{target.suffix}")
+    write = write_gif if target.suffix.lower() == ".gif" else write_mp4
+    try:
+        write(read_frames(frames, target.name), temporary, fps)
+        os.replace(temporary, target)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        jobs = plan(args.folders, args.output, args.concat)
+        for frames, target in jobs:
+            write_video(frames, target, args.fps)
+            print(target, flush=True)
+    except VideoError as error:
+        print(f"video.py: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
