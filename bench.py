@@ -94,6 +94,7 @@ def bench_loop(env_id: str, prioritized: bool, learning_starts: int, steps: int,
             "--env", env_id, "--steps", str(learning_starts + steps), "--learning-starts", str(learning_starts),
             "--train-every", str(train_every), "--eval-every", str(10**9), "--eval-episodes", "1",
             "--max-episode-frames", "20000", "--out", str(Path(folder) / "run"),
+            "--eps-start", "0", "--eps-end", "0",  # a forward pass every step, as the limit assumes
         ]  # fmt: skip
         if prioritized:
             argv.append("--prioritized")
@@ -151,8 +152,14 @@ def run(env: str, quick: bool, train_every: int) -> dict[str, Any]:
     figures.update(bench_network(AtariEnv(env_id, 0).n_actions, device, repeats=10 if quick else 50))
     figures["env_step_ms"] = bench_env(env_id, 300 if quick else 3000)
     figures["bound_sps"] = 1e3 / (figures["train_step_ms"] / train_every + figures["act_ms"] + figures["env_step_ms"])
-    figures["sps_uniform"] = bench_loop(env_id, False, learning_starts, loop_steps, train_every)
-    figures["sps_prioritized"] = bench_loop(env_id, True, learning_starts, loop_steps, train_every)
+    # Alternate the two loops over rounds so that drifts of a noisy machine hit both alike.
+    rounds: dict[str, list[float]] = {"uniform": [], "prioritized": []}
+    for _ in range(1 if quick else 2):
+        for name in rounds:
+            rounds[name].append(bench_loop(env_id, name == "prioritized", learning_starts, loop_steps, train_every))
+    figures["sps_uniform"] = statistics.mean(rounds["uniform"])
+    figures["sps_prioritized"] = statistics.mean(rounds["prioritized"])
+    figures["sps_rounds"] = rounds
     figures["efficiency_uniform"] = figures["sps_uniform"] / figures["bound_sps"]
     figures["efficiency_prioritized"] = figures["sps_prioritized"] / figures["bound_sps"]
     figures["prioritized_over_uniform"] = figures["sps_prioritized"] / figures["sps_uniform"]
@@ -202,7 +209,8 @@ def table(figures: dict[str, Any]) -> str:
     lines = [f"{label:<{width}}  {figures[key]:>10{fmt}}" for key, label, fmt in ROWS]
     settings = figures["settings"]
     lines.append(
-        f"({settings['game']}, {settings['loop_steps']} loop steps after {settings['learning_starts']}, "
+        f"({settings['game']}, loops: mean of {len(figures['sps_rounds']['uniform'])} runs of "
+        f"{settings['loop_steps']} steps after {settings['learning_starts']}, "
         f"train every {settings['train_every']}, {settings['device']}, {settings['torch_threads']} torch threads, "
         f"torch {settings['torch']}, ale-py {settings['ale_py']}; memories at capacity {CAPACITY:,})"
     )
