@@ -7,7 +7,6 @@ written since those columns were added) standard deviation, minimum, maximum, ep
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,8 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure  # a bare Figure renders with Agg and needs no display or pyplot state
 from matplotlib.ticker import EngFormatter
+
+from utils_drl import write_atomically
 
 REWARDS_FILE = "rewards.txt"
 
@@ -123,13 +124,7 @@ def save(figure: Figure, output: Path) -> None:
     if image_format not in figure.canvas.get_supported_filetypes():
         raise PlotError(f"-o {output}: unknown image format {output.suffix or '(no suffix)'}; use .png, .svg or .pdf")
     output.parent.mkdir(parents=True, exist_ok=True)
-    temporary = output.with_name(f".{output.name}.tmp")
-    try:
-        figure.savefig(temporary, format=image_format)
-        os.replace(temporary, output)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
+    write_atomically(output, lambda temporary: figure.savefig(temporary, format=image_format))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -119,13 +119,18 @@ class CheckpointError(Exception):
 
 def write_atomically(path: Path, data: bytes | Callable[[Path], None]) -> None:
     """Write ``data`` (bytes, or a function writing a given path) to a temporary file in the
-    same folder, then rename it over ``path``, so readers never see a half-written file."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    if callable(data):
-        data(temporary)
-    else:
-        temporary.write_bytes(data)
-    os.replace(temporary, path)
+    same folder, then rename it over ``path``, so readers never see a half-written file. The
+    temporary name keeps the suffix, for writers that choose a format by it."""
+    temporary = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    try:
+        if callable(data):
+            data(temporary)
+        else:
+            temporary.write_bytes(data)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
 
 
 def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:

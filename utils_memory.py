@@ -290,19 +290,11 @@ class PrioritizedReplayMemory(ReplayMemory):
 
     MAX_PRIORITY_PERIOD = 1000
 
-    def __init__(
-        self,
-        capacity: int,
-        stack_depth: int = 4,
-        frame_shape: tuple[int, int] = (84, 84),
-        device: str | torch.device = "cpu",
-        seed: int = 0,
-        alpha: float = 0.6,
-        priority_eps: float = 1e-6,
-    ) -> None:
+    def __init__(self, capacity: int, *, alpha: float = 0.6, priority_eps: float = 1e-6, **options: Any) -> None:
+        """``options`` are ReplayMemory's (stack_depth, frame_shape, device, seed)."""
         if alpha < 0 or priority_eps <= 0:
             raise ValueError(f"alpha ({alpha}) must be non-negative and priority_eps ({priority_eps}) positive")
-        super().__init__(capacity, stack_depth, frame_shape, device, seed)
+        super().__init__(capacity, **options)
         self.alpha = alpha
         self.priority_eps = priority_eps
         self.tree = SumTree(capacity)
@@ -312,7 +304,7 @@ class PrioritizedReplayMemory(ReplayMemory):
         # A push at slot s changes whether these slots are sampleable: s - 1 gets its next
         # frame, s becomes the newest, and once the memory is full s + 1 .. s + depth - 1
         # become the oldest, whose stacks reach into overwritten frames.
-        self._push_offsets = np.arange(-1, stack_depth)
+        self._push_offsets = np.arange(-1, self.stack_depth)
 
     @property
     def nbytes(self) -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import re
 import sys
 from collections.abc import Iterator
@@ -19,6 +18,8 @@ import imageio.v2 as imageio
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 from tqdm import tqdm
+
+from utils_drl import write_atomically
 
 EVAL_FOLDER = re.compile(r"eval_(\d+)")  # not eval_NNN.partial: main.py is still writing that one
 FRAME_FILE = re.compile(r"(\d+)\.png", re.IGNORECASE)
@@ -186,17 +187,9 @@ def write_gif(images: Iterator[Image.Image], path: Path, fps: float) -> None:
 
 
 def write_video(frames: list[Path], target: Path, fps: float) -> None:
-    """Write to a temporary file beside ``target``, then rename it, so a video is never half-written."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    # the temporary name keeps the suffix: ffmpeg picks the container from it
-    temporary = target.with_name(f".{target.stem}.tmp{target.suffix}")
     write = write_gif if target.suffix.lower() == ".gif" else write_mp4
-    try:
-        write(read_frames(frames, target.name), temporary, fps)
-        os.replace(temporary, target)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
+    write_atomically(target, lambda temporary: write(read_frames(frames, target.name), temporary, fps))
 
 
 def main(argv: list[str] | None = None) -> int:
