@@ -264,13 +264,21 @@ class Player:
 
 
 class StopRequest:
-    """Turns the first Ctrl-C (or SIGTERM) into a flag the loop checks between steps, so the
-    checkpoint it writes is consistent; a second Ctrl-C stops at once."""
+    """Within its ``with`` block, turns the first Ctrl-C (or SIGTERM) into a flag the loop checks
+    between steps, so the checkpoint it writes is consistent; a second Ctrl-C stops at once."""
 
     def __init__(self) -> None:
         self.requested = False
-        signal.signal(signal.SIGINT, self._handle)
-        signal.signal(signal.SIGTERM, self._handle)
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopRequest:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exception: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.requested:
@@ -354,6 +362,11 @@ def play_checkpoint(args: argparse.Namespace, checkpoint: dict[str, Any]) -> int
 
 def train(args: argparse.Namespace, checkpoint: dict[str, Any] | None) -> TrainSummary:
     """Train (or continue training) the run that ``parse_config`` set up."""
+    with StopRequest() as stop:
+        return run_training(args, checkpoint, stop)
+
+
+def run_training(args: argparse.Namespace, checkpoint: dict[str, Any] | None, stop: StopRequest) -> TrainSummary:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     device = pick_device(args.device)
@@ -422,9 +435,8 @@ def train(args: argparse.Namespace, checkpoint: dict[str, Any] | None) -> TrainS
         wall_base = progress.wall_seconds
         if checkpoint["rewards_line"] and logged_evaluations(rewards_path) < progress.evaluations:
             append_line(rewards_path, checkpoint["rewards_line"])  # stopped between checkpoint and line
-        restore_memory(args, out, progress, memory, agent, player)
+        restore_memory(args, out, progress, memory, agent, player, stop)
 
-    stop = StopRequest()
     loss = mean_q = float("nan")
     beta = args.beta0
     log_clock = (progress.step, time.perf_counter())
@@ -493,7 +505,13 @@ def open_tensorboard(out: Path) -> Any:
 
 
 def restore_memory(
-    args: argparse.Namespace, out: Path, progress: Progress, memory: ReplayMemory, agent: Agent, player: Player
+    args: argparse.Namespace,
+    out: Path,
+    progress: Progress,
+    memory: ReplayMemory,
+    agent: Agent,
+    player: Player,
+    stop: StopRequest,
 ) -> None:
     """Reload the saved replay memory if it matches the checkpoint, else refill it by playing
     ``learning_starts`` steps with the current policy (not counted as training steps)."""
@@ -507,6 +525,8 @@ def restore_memory(
     player.state = player.stack.reset(player.env.reset())
     player.first, player.episode_return = True, 0.0
     for _ in tqdm(range(args.learning_starts), desc="refilling replay memory", unit="step", mininterval=1.0):
+        if stop.requested:
+            break
         player.step(agent.act(player.state, epsilon))
 
 

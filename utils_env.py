@@ -52,12 +52,12 @@ def resolve_env_id(name: str) -> str:
     """
     if name in gym.registry and name.startswith("ALE/"):
         return name
-    games = {_squash(i[len("ALE/") : -len("-v5")]): i for i in _ale_ids()}
-    key = _squash(name.removeprefix("ALE/").removesuffix("-v5"))
+    games = {_squash(game_name(i)): i for i in _ale_ids()}
+    key = _squash(game_name(name))
     if key in games:
         return games[key]
     close = difflib.get_close_matches(key, games, n=3, cutoff=0.6)
-    hint = ", ".join(games[c].removeprefix("ALE/").removesuffix("-v5") for c in close)
+    hint = ", ".join(game_name(games[c]) for c in close)
     raise ValueError(
         f"unknown Atari game {name!r}"
         + (f"; did you mean {hint}?" if hint else "; see the ALE game list (e.g. Breakout, Pong)")
@@ -95,6 +95,7 @@ class AtariEnv:
             repeat_action_probability=sticky_actions,
             full_action_space=False,
             obs_type="grayscale",
+            max_num_frames_per_episode=max_episode_frames,
         ).unwrapped
         env.reset(seed=seed)  # seeds the emulator (and its sticky-action RNG)
         self._ale = env.ale

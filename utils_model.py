@@ -37,7 +37,7 @@ class NatureCNN(nn.Module):
         self.value = _mlp(n_features, 1) if dueling else None
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
-        features = self.features(frames.float().div_(255.0))
+        features = self.features(frames / 255.0)  # uint8 in, float32 out, in one kernel
         if self.value is None:
             return self.head(features)
         advantages = self.head(features)
