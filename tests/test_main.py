@@ -152,7 +152,9 @@ def test_existing_run_is_not_overwritten_and_bad_checkpoints_are_refused(tmp_pat
 
 def test_resume_refuses_changed_configuration(tmp_path, capsys):
     run = tmp_path / "run"
+    handler = signal.getsignal(signal.SIGINT)
     assert main.main([*TINY, "--steps", "120", "--eval-every", "120", "--out", str(run)]) == 0
+    assert signal.getsignal(signal.SIGINT) is handler  # training gives Ctrl-C back
     with pytest.raises(SystemExit):
         main.main(["--resume", str(run), "--steps", "200", "--gamma", "0.9"])
     assert "--gamma cannot change on resume" in capsys.readouterr().err
