@@ -229,7 +229,10 @@ class Player:
         self.env = env
         self.memory = memory
         self.stack = FrameStack(memory.stack_depth, memory.frames.shape[1:])
-        self.state = self.stack.reset(env.reset())
+        self.new_game()
+
+    def new_game(self) -> None:
+        self.state = self.stack.reset(self.env.reset())
         self.first = True  # the current frame starts a game
         self.episode_return = 0.0
 
@@ -242,8 +245,7 @@ class Player:
         self.episode_return += result.reward
         if result.terminated or result.truncated:
             finished = self.episode_return
-            self.state = self.stack.reset(self.env.reset())
-            self.first, self.episode_return = True, 0.0
+            self.new_game()
             return finished
         self.state = self.stack.push(result.frame)
         return None
@@ -522,8 +524,7 @@ def restore_memory(
             memory.load_state_dict(state["memory"])
             return
     epsilon = linear_schedule(progress.step, args.eps_start, args.eps_end, args.eps_decay_steps)
-    player.state = player.stack.reset(player.env.reset())
-    player.first, player.episode_return = True, 0.0
+    player.new_game()  # an empty memory must start with the first frame of a game
     for _ in tqdm(range(args.learning_starts), desc="refilling replay memory", unit="step", mininterval=1.0):
         if stop.requested:
             break
