@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import math
 import signal
 import sys
 import time
@@ -109,8 +110,7 @@ def parse_config(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, 
             if name not in RESUMABLE_OPTIONS and name != "out" and saved.get(name) != value:
                 flag = "--" + name.replace("_", "-")
                 parser.error(f"{flag} cannot change on resume (the run used {saved.get(name)!r})")
-        defaults = vars(parser.parse_args([]))  # for options newer than the saved run
-        args = argparse.Namespace(**{**defaults, **saved, **{k: v for k, v in given.items() if k in RESUMABLE_OPTIONS}})
+        args = saved_config(parser, saved, given, RESUMABLE_OPTIONS)
         args.out = args.resume
         if args.steps <= checkpoint["run"]["step"]:
             parser.error(f"--steps {args.steps} must exceed the checkpoint's step {checkpoint['run']['step']}")
@@ -130,14 +130,20 @@ def playback_config(
         parser.exit(2, f"{parser.prog}: error: cannot evaluate: {error}\n")
     given = explicit_options(parser, argv)
     playback = {"evaluate", "eval_episodes", "eval_epsilon", "render", "device", "seed"}
-    defaults = vars(parser.parse_args([]))  # for options newer than the saved run
-    args = argparse.Namespace(
-        **{**defaults, **checkpoint["config"], **{k: v for k, v in given.items() if k in playback}}
-    )
+    args = saved_config(parser, checkpoint["config"], given, playback)
     args.out = given.get("out")
     if args.eval_episodes <= 0 or not 0.0 <= args.eval_epsilon <= 1.0:
         parser.error("--eval-episodes must be positive and --eval-epsilon within [0, 1]")
     return args, checkpoint
+
+
+def saved_config(
+    parser: argparse.ArgumentParser, saved: dict[str, Any], given: dict[str, Any], overridable: set[str]
+) -> argparse.Namespace:
+    """A checkpoint's configuration, over the defaults (for options newer than the saved run),
+    under the ``overridable`` options the user typed."""
+    defaults = vars(parser.parse_args([]))
+    return argparse.Namespace(**{**defaults, **saved, **{k: v for k, v in given.items() if k in overridable}})
 
 
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace, resuming: bool) -> None:
@@ -427,6 +433,11 @@ def run_training(args: argparse.Namespace, checkpoint: dict[str, Any] | None, st
         evaluation_seconds += time.perf_counter() - evaluation_start
 
     started, wall_base, evaluation_seconds = time.perf_counter(), 0.0, 0.0
+
+    def loop_clock() -> float:
+        """Seconds of training so far in this process, evaluations left out, for steps/s."""
+        return time.perf_counter() - evaluation_seconds
+
     if checkpoint is None:
         evaluate_and_save()  # line 0: the untrained network's score
     else:
@@ -441,8 +452,7 @@ def run_training(args: argparse.Namespace, checkpoint: dict[str, Any] | None, st
 
     loss = mean_q = float("nan")
     beta = args.beta0
-    log_clock = (progress.step, time.perf_counter())
-    learning_start = (progress.step, time.perf_counter(), evaluation_seconds)
+    log_mark = learning_mark = (progress.step, loop_clock())  # (step, loop clock) to measure steps/s from
     bar = tqdm(total=args.steps, initial=progress.step, unit="step", dynamic_ncols=True, mininterval=1.0)
     while progress.step < args.steps and not stop.requested:
         epsilon = linear_schedule(progress.step, args.eps_start, args.eps_end, args.eps_decay_steps)
@@ -462,10 +472,9 @@ def run_training(args: argparse.Namespace, checkpoint: dict[str, Any] | None, st
         if progress.step % args.target_every == 0:
             agent.sync_target()
         if progress.step == args.learning_starts:
-            learning_start = (progress.step, time.perf_counter(), evaluation_seconds)
+            learning_mark = (progress.step, loop_clock())
         if progress.step % args.eval_every == 0:
             evaluate_and_save()
-            log_clock = (progress.step, time.perf_counter())  # keep evaluations out of steps/s
         bar.update()
         if progress.step % 100 == 0:
             bar.set_postfix(
@@ -475,21 +484,22 @@ def run_training(args: argparse.Namespace, checkpoint: dict[str, Any] | None, st
                 eval=progress.last_score,
                 refresh=False,
             )
-            if writer and progress.step > log_clock[0]:
-                now = time.perf_counter()
+            if writer:
+                now = loop_clock()
                 scalars = {"epsilon": epsilon, "loss": loss, "mean_q": mean_q}
-                scalars["steps_per_second"] = (progress.step - log_clock[0]) / (now - log_clock[1])
+                scalars["steps_per_second"] = (progress.step - log_mark[0]) / (now - log_mark[1])
                 if args.prioritized:
                     scalars["beta"] = beta
                 for name, value in scalars.items():
                     writer.add_scalar(f"train/{name}", value, progress.step)
-                log_clock = (progress.step, now)
+                log_mark = (progress.step, now)
     bar.close()
     if writer:
         writer.close()
-    first_step, start_time, start_evaluation_seconds = learning_start
-    loop_seconds = time.perf_counter() - start_time - (evaluation_seconds - start_evaluation_seconds)
-    learning_sps = (progress.step - first_step) / loop_seconds if progress.step > first_step else float("nan")
+    first_step, first_time = learning_mark
+    learning_sps = (
+        (progress.step - first_step) / (loop_clock() - first_time) if progress.step > first_step else math.nan
+    )
     if stop.requested:
         save(out / INTERRUPTED_CHECKPOINT, None)
         print(f"Interrupted at step {progress.step}; continue with: python main.py --resume {out}", flush=True)

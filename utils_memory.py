@@ -157,12 +157,7 @@ class ReplayMemory:
             self.frames, self.stack_slots(slots), axis=0, out=buffer[:frame_bytes].reshape(frames_shape), mode="clip"
         )
         scalars = buffer[scalars_at:].view(np.float32).reshape(4, n)
-        scalars[0], scalars[1], scalars[2], scalars[3] = (
-            self.actions[slots],
-            self.rewards[slots],
-            self.dones[slots],
-            weights,
-        )
+        scalars[:] = [self.actions[slots], self.rewards[slots], self.dones[slots], weights]
         on_device = torch.from_numpy(buffer).to(self.device)
         frames = on_device[:frame_bytes].view(frames_shape)
         actions, rewards, dones, weights_on_device = on_device[scalars_at:].view(torch.float32).view(4, n)
