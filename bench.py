@@ -1,8 +1,10 @@
-"""Measure the speed and memory of each part of the training loop on this machine.
+"""Measure the speed and memory of each part of the training loop on this machine, or how fast
+the defaults learn Breakout beside CleanRL's reference.
 
     python bench.py           # a few minutes: a table
     python bench.py --json    # the same figures as one JSON object
     python bench.py --quick   # under a minute, rougher (used by the tests)
+    python bench.py --learning --steps 150000 [--prioritized]   # about 25 minutes: learning speed
 
 A DQN loop on a CPU is bounded by one gradient step every ``train_every`` agent steps plus
 one forward pass and one emulator step per agent step. ``bound_sps`` is that limit, and each
@@ -18,6 +20,7 @@ import io
 import json
 import platform
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -29,9 +32,11 @@ import numpy as np
 import torch
 
 import main
-from utils_drl import Agent
+import plot
+from utils_drl import Agent, load_checkpoint
 from utils_env import AtariEnv, resolve_env_id
 from utils_memory import PrioritizedReplayMemory, ReplayMemory, SumTree
+from utils_run import EPISODES_FILE, REWARDS_FILE, RunLogError, read_episodes
 from utils_types import Batch
 
 CAPACITY = 1_000_000
@@ -217,16 +222,158 @@ def table(figures: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+# The learning benchmark: CleanRL's dqn_atari.py settings for a 250k-step Breakout run, with an
+# evaluation (10 games, epsilon 0.05) every 50k steps. The learning rate (1e-4) and everything
+# not named here are main.py's defaults, which is what the benchmark measures.
+LEARNING_FLAGS = [
+    "--learning-starts", "20000", "--memory-size", "100000", "--target-every", "1000", "--eps-end", "0.01",
+    "--eps-decay-steps", "100000", "--train-every", "4", "--batch-size", "32", "--eval-every", "50000",
+    "--eval-episodes", "10",
+]  # fmt: skip
+LEARNING_SEED = 1
+# Training games are grouped by the step at which they ended.
+SCORE_RANGES = [(0, 20_000), (20_000, 50_000), (50_000, 100_000), (100_000, 150_000), (150_000, 200_000),
+                (200_000, 250_000)]  # fmt: skip
+# CleanRL's dqn_atari.py with the settings above, seed 1, measured on this kind of machine (2 CPU
+# cores): the mean raw score of its training games (episodic_return) ending in each range.
+CLEANRL_BREAKOUT = {(0, 20_000): 1.95, (50_000, 100_000): 3.67, (100_000, 150_000): 12.05, (150_000, 200_000): 21.8,
+                    (200_000, 250_000): 24.8}  # fmt: skip
+
+
+def learning_run(steps: int, prioritized: bool, seed: int, out: Path, main_args: list[str]) -> int:
+    """Train (or continue) the benchmark run in ``out`` up to ``steps``; return main's exit code."""
+    if (out / REWARDS_FILE).exists():
+        done = load_checkpoint(main.newest_checkpoint(out))["run"]["step"]
+        if done >= steps:
+            return 0
+        argv = ["--resume", str(out), "--steps", str(steps)]
+        print(f"Continuing the benchmark run in {out} from step {done}", flush=True)
+    else:
+        argv = ["--env", "Breakout", "--seed", str(seed), "--steps", str(steps), "--out", str(out), *LEARNING_FLAGS]
+        argv += ["--prioritized"] * prioritized + main_args
+    args, checkpoint = main.parse_config(argv)
+    return main.train(args, checkpoint).exit_code
+
+
+def learning_report(run: Path) -> dict[str, Any]:
+    """Mean training-game score per range of steps, and the evaluations, of one run folder."""
+    config = load_checkpoint(main.newest_checkpoint(run))["config"]
+    games = read_episodes(run / EPISODES_FILE)
+    curve = plot.read_curve(run / REWARDS_FILE)
+    last_step = int(curve.steps[-1])
+    ranges = []
+    for low, high in SCORE_RANGES:
+        if low >= last_step:
+            break
+        scores = games[(games[:, 0] > low) & (games[:, 0] <= high), 1]
+        ranges.append(
+            {
+                "steps": [low, min(high, last_step)],
+                "games": len(scores),
+                "mean_score": float(scores.mean()) if len(scores) else None,
+                "cleanrl": CLEANRL_BREAKOUT.get((low, high)) if high <= last_step else None,
+            }
+        )
+    learning = ("lr", "adam_eps", "loss", "grad_clip", "prioritized", "alpha", "beta0", "double", "dueling")
+    return {
+        "run": str(run),
+        "game": config["env"],
+        "seed": config["seed"],
+        "steps": last_step,
+        "settings": {name: config.get(name) for name in learning},
+        "ranges": ranges,
+        "evaluations": [
+            {"step": int(step), "mean_score": float(score)}
+            for step, score in zip(curve.steps, curve.scores, strict=True)
+        ],
+    }
+
+
+def learning_table(reports: list[dict[str, Any]]) -> str:
+    """The runs side by side, with CleanRL's reference where it has one."""
+
+    def cell(value: float | None) -> str:
+        return "—" if value is None else f"{value:.2f}"
+
+    names = [Path(report["run"]).name for report in reports]
+    width = max(12, *(len(name) for name in names))
+    header = f"{'training steps':<16}" + "".join(f"{name:>{width + 2}}" for name in names) + f"{'CleanRL':>10}"
+    lines = ["mean score of the training games that ended in each range of steps", header]
+    for i, low_high in enumerate(SCORE_RANGES):
+        rows = [report["ranges"][i] for report in reports if i < len(report["ranges"])]
+        if not rows:
+            break
+        low, high = rows[0]["steps"]
+        cells = [f"{cell(row['mean_score'])} ({row['games']})" for row in rows]
+        label = f"{low // 1000}k-{high // 1000}k"
+        lines.append(
+            f"{label:<16}" + "".join(f"{c:>{width + 2}}" for c in cells) + f"{cell(CLEANRL_BREAKOUT.get(low_high)):>10}"
+        )
+    lines.append("evaluation scores (10 games, epsilon 0.05), by step:")
+    for name, report in zip(names, reports, strict=True):
+        evaluations = ", ".join(f"{e['step'] // 1000}k: {e['mean_score']:.1f}" for e in report["evaluations"])
+        lines.append(f"  {name}: {evaluations}")
+    for name, report in zip(names, reports, strict=True):
+        settings = ", ".join(f"{key} {value}" for key, value in report["settings"].items())
+        lines.append(f"  {name}: {report['game']}, seed {report['seed']}, {settings}")
+    lines.append("(in brackets: games that ended in the range; CleanRL: dqn_atari.py, same settings, seed 1)")
+    return "\n".join(lines)
+
+
+def learning_main(arguments: argparse.Namespace, main_args: list[str]) -> int:
+    runs = arguments.runs
+    if not runs:
+        suffix = "-per" if arguments.prioritized else ""
+        out = arguments.out or Path(f"runs/learning-breakout-seed{arguments.seed}{suffix}")
+        exit_code = learning_run(arguments.steps, arguments.prioritized, arguments.seed, out, main_args)
+        if exit_code != 0:
+            return exit_code
+        runs = [out]
+    try:
+        reports = [learning_report(run) for run in runs]
+    except (RunLogError, plot.PlotError, main.CheckpointError) as error:
+        print(f"bench.py: error: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps(reports, indent=2) if arguments.json else learning_table(reports), flush=True)
+    return 0
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
+    """bench.py's own flags, and (for --learning) main.py flags given after ``--``."""
+    argv = sys.argv[1:] if argv is None else argv
+    main_args = argv[argv.index("--") + 1 :] if "--" in argv else []
+    own = argv[: argv.index("--")] if "--" in argv else argv
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     parser.add_argument("--quick", action="store_true", help="fewer steps and repeats: under a minute")
-    parser.add_argument("--env", default="Breakout")
-    parser.add_argument("--train-every", type=int, default=4)
-    return parser.parse_args(argv)
+    parser.add_argument("--env", default="Breakout", help="the game of the speed benchmark")
+    parser.add_argument("--train-every", type=int, default=4, help="the speed benchmark's agent steps per update")
+    learning = parser.add_argument_group(
+        "learning benchmark", "Breakout with CleanRL's settings (see LEARNING_FLAGS); main.py flags may follow --"
+    )
+    learning.add_argument("--learning", action="store_true", help="run the learning benchmark")
+    learning.add_argument("--steps", type=int, default=150_000, help="training steps")
+    learning.add_argument("--prioritized", action="store_true", help="prioritized replay")
+    learning.add_argument("--seed", type=int, default=LEARNING_SEED)
+    learning.add_argument(
+        "--out", type=Path, help="run folder, continued if it holds a run (default runs/learning-breakout-seedS[-per])"
+    )
+    learning.add_argument(
+        "--runs",
+        type=Path,
+        nargs="+",
+        metavar="RUN",
+        help="report these finished run folders side by side, no training",
+    )
+    arguments = parser.parse_args(own)
+    if main_args and not arguments.learning:
+        parser.error("main.py flags after -- go with --learning")
+    return arguments, main_args
 
 
 if __name__ == "__main__":
-    arguments = parse_args()
+    arguments, main_args = parse_args()
+    if arguments.learning:
+        sys.exit(learning_main(arguments, main_args))
     results = run(arguments.env, arguments.quick, arguments.train_every)
     print(json.dumps(results, indent=2) if arguments.json else table(results))

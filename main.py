@@ -24,9 +24,17 @@ from tqdm import tqdm
 from utils_drl import Agent, CheckpointError, linear_schedule, load_checkpoint, save_checkpoint, write_atomically
 from utils_env import AtariEnv, FrameStack, evaluate, game_name, resolve_env_id
 from utils_memory import PrioritizedReplayMemory, ReplayMemory
-from utils_types import EvalResult
+from utils_run import (
+    EPISODES_FILE,
+    REWARDS_FILE,
+    append_line,
+    episode_line,
+    logged_evaluations,
+    rewards_line,
+    start_episodes,
+)
+from utils_types import EvalResult, GameResult
 
-REWARDS_FILE = "rewards.txt"
 MEMORY_FILE = "memory.pt"
 INTERRUPTED_CHECKPOINT = "model_interrupted.pt"
 # Options that may differ when a run is resumed; all others must match the saved run.
@@ -54,16 +62,22 @@ def build_parser() -> argparse.ArgumentParser:
     # Preprocessing (Machado et al. 2018 protocol: --sticky-actions 0.25).
     add("--sticky-actions", type=float, default=0.0, help="probability of repeating the previous action")
     add("--max-episode-frames", type=int, default=108_000, help="cut episodes after this many frames")
-    # Replay and learning (Mnih et al. 2015 defaults; Adam as in Dopamine and CleanRL).
+    # Replay and learning: Mnih et al. 2015 defaults, with Adam (as CleanRL) in place of RMSProp.
     add("--memory-size", type=int, default=1_000_000)
     add("--batch-size", type=int, default=32)
     add("--learning-starts", type=int, default=50_000, help="random-policy steps before learning")
     add("--train-every", type=int, default=4, help="agent steps per gradient step")
     add("--target-every", type=int, default=10_000, help="agent steps between target network syncs")
-    add("--lr", type=float, default=None, help="Adam learning rate (default 1e-4, 2.5e-5 with --prioritized)")
-    add("--adam-eps", type=float, default=1.5e-4)
+    add("--lr", type=float, default=1e-4, help="Adam learning rate (CleanRL's; also with --prioritized)")
+    add(
+        "--adam-eps",
+        type=float,
+        default=1e-8,
+        help="Adam epsilon (PyTorch's and CleanRL's; Dopamine's 1.5e-4 learns Breakout several times slower here)",
+    )
     add("--gamma", type=float, default=0.99)
-    add("--grad-clip", type=float, default=10.0, help="max gradient norm")
+    add("--loss", choices=("huber", "mse"), default="huber", help="TD loss: Huber (Nature's error clip) or squared")
+    add("--grad-clip", type=float, default=10.0, help="max gradient norm (Dopamine's; inf turns clipping off)")
     add("--eps-start", type=float, default=1.0)
     add("--eps-end", type=float, default=0.1)
     add("--eps-decay-steps", type=int, default=1_000_000)
@@ -170,8 +184,6 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace, resumi
         parser.error("--alpha must be non-negative and --priority-eps positive")
     if getattr(args, "tensorboard", False) and importlib.util.find_spec("tensorboard") is None:
         parser.error("--tensorboard needs the tensorboard package: pip install tensorboard")
-    if args.lr is None:
-        args.lr = 2.5e-5 if args.prioritized else 1e-4  # Schaul et al. divide the step size by 4
     if args.out is None:
         args.out = f"runs/{game_name(args.env)}-seed{args.seed}{'-per' if args.prioritized else ''}"
     out = Path(args.out)
@@ -241,16 +253,18 @@ class Player:
         self.state = self.stack.reset(self.env.reset())
         self.first = True  # the current frame starts a game
         self.episode_return = 0.0
+        self.episode_length = 0
 
-    def step(self, action: int) -> float | None:
-        """Play one agent step; return the game's raw score when the game ended, else None."""
+    def step(self, action: int) -> GameResult | None:
+        """Play one agent step; return the game's raw score and length when it ended, else None."""
         result = self.env.step(action)
         learning_terminal = result.terminated or result.life_lost
         self.memory.push(self.state[-1], action, np.sign(result.reward), learning_terminal, self.first)
         self.first = False
         self.episode_return += result.reward
+        self.episode_length += 1
         if result.terminated or result.truncated:
-            finished = self.episode_return
+            finished = GameResult(self.episode_return, self.episode_length)
             self.new_game()
             return finished
         self.state = self.stack.push(result.frame)
@@ -262,6 +276,7 @@ class Player:
             "stack": torch.from_numpy(self.state.copy()),
             "first": self.first,
             "episode_return": self.episode_return,
+            "episode_length": self.episode_length,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -269,6 +284,7 @@ class Player:
         self.stack.frames[:] = state["stack"].numpy()
         self.first = state["first"]
         self.episode_return = state["episode_return"]
+        self.episode_length = state.get("episode_length", 0)  # absent from older checkpoints
 
 
 class StopRequest:
@@ -304,24 +320,6 @@ def run_evaluation(args: argparse.Namespace, agent: Agent, index: int, out: Path
     return evaluate(
         lambda state, eps: agent.act(state, eps, rng), env, args.eval_episodes, args.eval_epsilon, frame_dir
     )
-
-
-def rewards_line(index: int, step: int, result: EvalResult, wall_seconds: float) -> str:
-    scores = np.asarray(result.scores)
-    return (
-        f"{index:3d} {step:8d} {scores.mean():.1f} {scores.std():.1f} {scores.min():.1f} {scores.max():.1f}"
-        f" {len(scores)} {wall_seconds:.0f}\n"
-    )
-
-
-def append_line(path: Path, line: str) -> None:
-    existing = path.read_bytes() if path.exists() else b""
-    write_atomically(path, existing + line.encode())
-
-
-def logged_evaluations(path: Path) -> int:
-    """How many evaluation lines rewards.txt holds."""
-    return len(path.read_text().splitlines()) if path.exists() else 0
 
 
 class TrainSummary(NamedTuple):
@@ -387,6 +385,7 @@ def run_training(args: argparse.Namespace, checkpoint: dict[str, Any] | None, st
         lr=args.lr,
         adam_eps=args.adam_eps,
         gamma=args.gamma,
+        loss=args.loss,
         grad_clip=args.grad_clip,
         double=args.double,
         dueling=args.dueling,
@@ -398,6 +397,7 @@ def run_training(args: argparse.Namespace, checkpoint: dict[str, Any] | None, st
     player = Player(env, memory)
     progress = Progress()
     rewards_path = out / REWARDS_FILE
+    episodes_path = out / EPISODES_FILE
     writer = open_tensorboard(out) if args.tensorboard else None
 
     def save(path: Path, line: str | None) -> None:
@@ -449,6 +449,7 @@ def run_training(args: argparse.Namespace, checkpoint: dict[str, Any] | None, st
         if checkpoint["rewards_line"] and logged_evaluations(rewards_path) < progress.evaluations:
             append_line(rewards_path, checkpoint["rewards_line"])  # stopped between checkpoint and line
         restore_memory(args, out, progress, memory, agent, player, stop)
+    start_episodes(episodes_path, progress.step)
 
     loss = mean_q = float("nan")
     beta = args.beta0
@@ -456,12 +457,14 @@ def run_training(args: argparse.Namespace, checkpoint: dict[str, Any] | None, st
     bar = tqdm(total=args.steps, initial=progress.step, unit="step", dynamic_ncols=True, mininterval=1.0)
     while progress.step < args.steps and not stop.requested:
         epsilon = linear_schedule(progress.step, args.eps_start, args.eps_end, args.eps_decay_steps)
-        episode_score = player.step(agent.act(player.state, epsilon))
+        game = player.step(agent.act(player.state, epsilon))
         progress.step += 1
-        if episode_score is not None:
+        if game is not None:
             progress.episodes += 1
+            append_line(episodes_path, episode_line(progress.step, game, epsilon))
             if writer:
-                writer.add_scalar("train/episode_score", episode_score, progress.step)
+                writer.add_scalar("train/episode_score", game.score, progress.step)
+                writer.add_scalar("train/episode_length", game.length, progress.step)
         if progress.step > args.learning_starts and progress.step % args.train_every == 0:
             beta = linear_schedule(progress.step, args.beta0, 1.0, args.steps)
             batch = memory.sample(args.batch_size, beta)

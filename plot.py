@@ -16,8 +16,7 @@ from matplotlib.figure import Figure  # a bare Figure renders with Agg and needs
 from matplotlib.ticker import EngFormatter
 
 from utils_drl import write_atomically
-
-REWARDS_FILE = "rewards.txt"
+from utils_run import REWARDS_FILE
 
 
 class PlotError(Exception):

@@ -1,4 +1,4 @@
-"""The DQN agent: epsilon-greedy acting, Huber TD learning, target network, save/load."""
+"""The DQN agent: epsilon-greedy acting, Huber (or squared) TD learning, target network, save/load."""
 
 from __future__ import annotations
 
@@ -37,8 +37,9 @@ class Agent:
         device: str | torch.device = "cpu",
         *,
         lr: float = 1e-4,
-        adam_eps: float = 1.5e-4,
+        adam_eps: float = 1e-8,
         gamma: float = 0.99,
+        loss: str = "huber",
         grad_clip: float = 10.0,
         double: bool = False,
         dueling: bool = False,
@@ -50,6 +51,7 @@ class Agent:
         self.device = torch.device(device)
         self.gamma = gamma
         self.grad_clip = grad_clip
+        self.loss_function = {"huber": F.smooth_l1_loss, "mse": F.mse_loss}[loss]
         self.double = double
         torch.manual_seed(seed)
         # Channels-last weights make the convolutions about 20% faster on a CPU (oneDNN kernels).
@@ -84,10 +86,10 @@ class Agent:
             return batch.rewards + self.gamma * (1.0 - batch.dones) * next_q
 
     def learn(self, batch: Batch) -> LearnResult:
-        """One gradient step on the importance-weighted Huber loss."""
+        """One gradient step on the importance-weighted TD loss."""
         q = self.online(batch.states).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
         targets = self.td_targets(batch)
-        loss = (batch.weights * F.smooth_l1_loss(q, targets, reduction="none")).mean()
+        loss = (batch.weights * self.loss_function(q, targets, reduction="none")).mean()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.online.parameters(), self.grad_clip)

@@ -38,6 +38,13 @@ class LearnResult(NamedTuple):
     td_errors: np.ndarray  # (B,) float32 |target - Q(s, a)|, for priority updates
 
 
+class GameResult(NamedTuple):
+    """A finished game (every life) of the training player."""
+
+    score: float  # raw game score, not clipped
+    length: int  # agent steps played
+
+
 class EvalResult(NamedTuple):
     """Raw game scores of one evaluation."""
 
