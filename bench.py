@@ -290,33 +290,40 @@ def learning_report(run: Path) -> dict[str, Any]:
 
 
 def learning_table(reports: list[dict[str, Any]]) -> str:
-    """The runs side by side, with CleanRL's reference where it has one."""
+    """The runs side by side, one row per range of steps, with CleanRL's reference."""
 
-    def cell(value: float | None) -> str:
-        return "—" if value is None else f"{value:.2f}"
+    def cell(row: dict[str, Any] | None, range_end: int) -> str:
+        if row is None:
+            return ""
+        score = "—" if row["mean_score"] is None else f"{row['mean_score']:.2f}"
+        partial = "*" if row["steps"][1] < range_end else ""
+        return f"{score}{partial} ({row['games']})"
 
     names = [Path(report["run"]).name for report in reports]
-    width = max(12, *(len(name) for name in names))
-    header = f"{'training steps':<16}" + "".join(f"{name:>{width + 2}}" for name in names) + f"{'CleanRL':>10}"
-    lines = ["mean score of the training games that ended in each range of steps", header]
-    for i, low_high in enumerate(SCORE_RANGES):
-        rows = [report["ranges"][i] for report in reports if i < len(report["ranges"])]
-        if not rows:
+    width = max(14, *(len(name) for name in names)) + 2
+    lines = [
+        "mean score of the training games that ended in each range of steps (in brackets: how many)",
+        f"{'steps':<12}" + "".join(f"{name:>{width}}" for name in names) + f"{'CleanRL':>10}",
+    ]
+    for i, (low, high) in enumerate(SCORE_RANGES):
+        rows = [report["ranges"][i] if i < len(report["ranges"]) else None for report in reports]
+        if not any(rows):
             break
-        low, high = rows[0]["steps"]
-        cells = [f"{cell(row['mean_score'])} ({row['games']})" for row in rows]
-        label = f"{low // 1000}k-{high // 1000}k"
+        reference = CLEANRL_BREAKOUT.get((low, high))
         lines.append(
-            f"{label:<16}" + "".join(f"{c:>{width + 2}}" for c in cells) + f"{cell(CLEANRL_BREAKOUT.get(low_high)):>10}"
+            f"{f'{low // 1000}k-{high // 1000}k':<12}"
+            + "".join(f"{cell(row, high):>{width}}" for row in rows)
+            + f"{'—' if reference is None else f'{reference:.2f}':>10}"
         )
+    lines.append("(* the run ended inside the range; CleanRL: dqn_atari.py, same settings, seed 1, this machine)")
     lines.append("evaluation scores (10 games, epsilon 0.05), by step:")
     for name, report in zip(names, reports, strict=True):
         evaluations = ", ".join(f"{e['step'] // 1000}k: {e['mean_score']:.1f}" for e in report["evaluations"])
         lines.append(f"  {name}: {evaluations}")
+    lines.append("settings:")
     for name, report in zip(names, reports, strict=True):
         settings = ", ".join(f"{key} {value}" for key, value in report["settings"].items())
         lines.append(f"  {name}: {report['game']}, seed {report['seed']}, {settings}")
-    lines.append("(in brackets: games that ended in the range; CleanRL: dqn_atari.py, same settings, seed 1)")
     return "\n".join(lines)
 
 

@@ -1,7 +1,9 @@
-"""Plot learning curves from rewards.txt: ``python plot.py runs/Pong-seed0 [runs/Pong-seed1 ...]``.
+"""Plot learning curves: ``python plot.py runs/Pong-seed0 [runs/Pong-seed1 ...]``.
 
-Each line of rewards.txt is one evaluation: index, training agent steps, mean score, then (in files
-written since those columns were added) standard deviation, minimum, maximum, episodes and wall seconds.
+By default the evaluation scores of rewards.txt. Each of its lines is one evaluation: index, training
+agent steps, mean score, then (in files written since those columns were added) standard deviation,
+minimum, maximum, episodes and wall seconds. With ``--train``, the scores of the training games in
+episodes.csv instead, as a moving average over the last ``--window`` games over the raw scores.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from matplotlib.figure import Figure  # a bare Figure renders with Agg and needs
 from matplotlib.ticker import EngFormatter
 
 from utils_drl import write_atomically
-from utils_run import REWARDS_FILE
+from utils_run import EPISODES_FILE, REWARDS_FILE, RunLogError, read_episodes
 
 
 class PlotError(Exception):
@@ -30,6 +32,7 @@ class Curve:
     scores: np.ndarray
     low: np.ndarray | None  # each evaluation's minimum and maximum score, when every line has them
     high: np.ndarray | None
+    raw: np.ndarray | None = None  # with --train: each game's score, under the moving average in ``scores``
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,14 +60,40 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--title", help="title above the plot (default: none)")
     parser.add_argument("--no-band", action="store_true", help="leave out the minimum..maximum bands")
+    parser.add_argument(
+        "--train",
+        action="store_true",
+        help="plot the training games of episodes.csv instead of the evaluations "
+        "(default output: RUN/train_curve.png, or train_curves.png)",
+    )
+    parser.add_argument(
+        "--window", type=int, default=100, help="with --train: games in the moving average (default: 100)"
+    )
     return parser
 
 
-def rewards_path(run: Path) -> Path:
-    path = run / REWARDS_FILE if run.is_dir() else run
+def log_path(run: Path, name: str) -> Path:
+    """``run``'s log file ``name``, or ``run`` itself when it names a file."""
+    path = run / name if run.is_dir() else run
     if not path.is_file():
-        raise PlotError(f"no rewards file {path}")
+        raise PlotError(f"no {'rewards' if name == REWARDS_FILE else 'training-game'} file {path}")
     return path
+
+
+def read_train_curve(path: Path, window: int) -> Curve:
+    """episodes.csv: each game's score at the step it ended, and the mean of the last ``window`` games."""
+    try:
+        games = read_episodes(path)
+    except RunLogError as error:
+        raise PlotError(str(error)) from None
+    if not len(games):
+        raise PlotError(f"{path} holds no finished training games")
+    scores = games[:, 1]
+    totals = np.concatenate([[0.0], np.cumsum(scores)])
+    ends = np.arange(1, len(scores) + 1)
+    starts = np.maximum(ends - window, 0)
+    moving_average = (totals[ends] - totals[starts]) / (ends - starts)
+    return Curve(path.resolve().parent.name, games[:, 0], moving_average, None, None, raw=scores)
 
 
 def read_curve(path: Path) -> Curve:
@@ -98,17 +127,24 @@ def read_curve(path: Path) -> Curve:
     )
 
 
-def draw(curves: list[Curve], title: str | None = None, band: bool = True) -> Figure:
+def draw(curves: list[Curve], title: str | None = None, band: bool = True, window: int = 100) -> Figure:
     figure = Figure(figsize=(8, 4.5), dpi=120, layout="constrained")
     axes = figure.add_subplot()
     banded = False
     for curve in curves:
+        if curve.raw is not None:
+            (line,) = axes.plot(curve.steps, curve.scores, linewidth=1.5, label=curve.label)
+            axes.plot(curve.steps, curve.raw, ".", markersize=3, color=line.get_color(), alpha=0.3)
+            continue
         (line,) = axes.plot(curve.steps, curve.scores, marker="o", markersize=3, label=curve.label)
         if band and curve.low is not None:
             axes.fill_between(curve.steps, curve.low, curve.high, color=line.get_color(), alpha=0.2, linewidth=0)
             banded = True
     axes.set_xlabel("training steps (agent steps, 4 frames each)")
-    axes.set_ylabel("evaluation score" + (" (mean, band: min to max)" if banded else " (mean)"))
+    if any(curve.raw is not None for curve in curves):
+        axes.set_ylabel(f"training game score (line: mean of last {window})")
+    else:
+        axes.set_ylabel("evaluation score" + (" (mean, band: min to max)" if banded else " (mean)"))
     axes.xaxis.set_major_formatter(EngFormatter())  # 2.5 M rather than an offset like 1e7
     axes.grid(alpha=0.3)
     axes.legend()
@@ -127,16 +163,21 @@ def save(figure: Figure, output: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.window <= 0:
+        parser.error(f"--window must be positive, got {args.window}")
     try:
-        paths = [rewards_path(run) for run in args.runs]
-        curves = [read_curve(path) for path in paths]
+        paths = [log_path(run, EPISODES_FILE if args.train else REWARDS_FILE) for run in args.runs]
+        curves = [read_train_curve(path, args.window) if args.train else read_curve(path) for path in paths]
         labels = [curve.label for curve in curves]
         if len(set(labels)) < len(labels):  # runs/a/Pong-seed0 and runs/b/Pong-seed0: tell them apart
             for curve, path in zip(curves, paths, strict=True):
                 curve.label = str(path.parent)
-        output = args.output or (paths[0].parent / "curve.png" if len(paths) == 1 else Path("curves.png"))
-        save(draw(curves, args.title, band=not args.no_band), output)
+        prefix = "train_" if args.train else ""
+        default = paths[0].parent / f"{prefix}curve.png" if len(paths) == 1 else Path(f"{prefix}curves.png")
+        output = args.output or default
+        save(draw(curves, args.title, band=not args.no_band, window=args.window), output)
     except PlotError as error:
         print(f"plot.py: error: {error}", file=sys.stderr)
         return 2

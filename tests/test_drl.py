@@ -85,17 +85,21 @@ def real_batch(n=8, seed=0) -> Batch:
     )
 
 
-def test_learn_reports_td_errors_and_weighted_huber_loss():
-    agent = Agent(4, seed=1, lr=1e-3)
+@pytest.mark.parametrize("loss", ["huber", "mse"])
+def test_learn_reports_td_errors_and_weighted_loss(loss):
+    agent = Agent(4, seed=1, lr=1e-3, loss=loss)
     batch = real_batch()
+    batch = batch._replace(rewards=3 * batch.rewards)  # TD errors on both sides of Huber's kink at 1
     with torch.no_grad():
         q = agent.online(batch.states).gather(1, batch.actions[:, None]).squeeze(1)
         targets = agent.td_targets(batch)
     td = targets - q
+    assert (td.abs() > 1).any() and (td.abs() < 1).any()
     huber = torch.where(td.abs() < 1, 0.5 * td**2, td.abs() - 0.5)
+    expected = huber if loss == "huber" else td**2
     result = agent.learn(batch)
     assert np.allclose(result.td_errors, td.abs().numpy(), atol=1e-6)
-    assert result.loss == pytest.approx((batch.weights * huber).mean().item(), rel=1e-5)
+    assert result.loss == pytest.approx((batch.weights * expected).mean().item(), rel=1e-5)
     assert result.mean_q == pytest.approx(q.mean().item(), rel=1e-5, abs=1e-6)
 
 

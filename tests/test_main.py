@@ -13,7 +13,8 @@ import torch
 from PIL import Image
 
 import main
-from utils_drl import load_checkpoint
+from utils_drl import linear_schedule, load_checkpoint
+from utils_run import EPISODES_HEADER, read_episodes
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = [
@@ -36,6 +37,15 @@ def rewards(run: Path) -> list[tuple[int, int, float]]:
     return [(int(f[0]), int(f[1]), float(f[2])) for f in (line.split() for line in lines)]
 
 
+def games(run: Path, checkpoint: str) -> np.ndarray:
+    """episodes.csv, checked against the checkpoint: one line per training game up to its step."""
+    rows = read_episodes(run / "episodes.csv")
+    progress = load_checkpoint(run / checkpoint)["run"]
+    assert len(rows) == progress["episodes"]
+    assert np.all(np.diff(rows[:, 0]) > 0) and (not len(rows) or rows[-1, 0] <= progress["step"])
+    return rows
+
+
 def test_train_render_checkpoint_and_resume(tmp_path):
     run = tmp_path / "run"
     done = run_main(*TINY, "--steps", "300", "--eval-every", "100", "--render", "--out", str(run))
@@ -52,14 +62,22 @@ def test_train_render_checkpoint_and_resume(tmp_path):
         assert {"online", "target", "optimizer", "rng"} <= checkpoint["agent"].keys()
         assert checkpoint["config"]["env"] == "ALE/Breakout-v5"
     assert not [p for p in run.rglob("*") if p.name.endswith((".tmp", ".partial"))]
+    played = games(run, "model_003.pt")
+    assert len(played) >= 1 and (run / "episodes.csv").read_text().startswith(EPISODES_HEADER)
+    assert np.all(played[:, 2] >= 1) and played[:, 2].sum() <= 300  # lengths in agent steps
+    expected_epsilon = [linear_schedule(int(step), 1.0, 0.1, 1_000_000) for step in played[:, 0]]
+    np.testing.assert_allclose(played[:, 3], expected_epsilon, atol=1e-4)
 
     before = (run / "rewards.txt").read_text()
+    games_before = (run / "episodes.csv").read_text()
     resumed = run_main("--resume", str(run), "--steps", "400")
     assert resumed.returncode == 0, resumed.stderr
     assert (run / "rewards.txt").read_text().startswith(before)
     assert rewards(run)[-1][:2] == (4, 400) and len(rewards(run)) == 5
     assert not (run / "eval_004").exists() or len(list((run / "eval_004").iterdir())) > 0
     assert "refilling replay memory" in resumed.stderr  # no saved memory: warm-up instead
+    assert (run / "episodes.csv").read_text().startswith(games_before)  # refill games are not logged
+    games(run, "model_004.pt")
 
 
 def test_ctrl_c_saves_a_checkpoint_that_resumes_at_its_step(tmp_path):
@@ -92,11 +110,13 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes_at_its_step(tmp_path):
     step = load_checkpoint(run / "model_interrupted.pt")["run"]["step"]
     assert step > 0 and f"Interrupted at step {step}" in stdout
     assert [i for i, _, _ in rewards(run)] == [0]
+    interrupted = games(run, "model_interrupted.pt")
 
     resumed = run_main("--resume", str(run), "--steps", str(step + 40), "--eval-every", "100000")
     assert resumed.returncode == 0, resumed.stderr
     assert f"Done: {step + 40} steps" in resumed.stdout
     assert rewards(run)[-1][:2] == (1, step + 40)
+    np.testing.assert_array_equal(games(run, "model_001.pt")[: len(interrupted)], interrupted)
 
 
 def test_resume_with_saved_memory_is_equivalent_to_an_uninterrupted_run(tmp_path):
@@ -111,6 +131,8 @@ def test_resume_with_saved_memory_is_equivalent_to_an_uninterrupted_run(tmp_path
             assert torch.equal(value, split["agent"][name][key]), (name, key)
     assert straight["run"]["episodes"] == split["run"]["episodes"]
     assert rewards(tmp_path / "straight") == rewards(tmp_path / "split")
+    assert len(games(tmp_path / "straight", "model_003.pt")) >= 1
+    assert (tmp_path / "straight" / "episodes.csv").read_text() == (tmp_path / "split" / "episodes.csv").read_text()
 
 
 @pytest.mark.parametrize(
