@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--gamma", type=float, default=0.99)
     add("--loss", choices=("huber", "mse"), default="huber", help="TD loss: Huber (Nature's error clip) or squared")
-    add("--grad-clip", type=float, default=10.0, help="max gradient norm (Dopamine's; inf turns clipping off)")
+    add("--grad-clip", type=float, default=10.0, help="max gradient norm (Stable-Baselines3's; inf turns clipping off)")
     add("--eps-start", type=float, default=1.0)
     add("--eps-end", type=float, default=0.1)
     add("--eps-decay-steps", type=int, default=1_000_000)
