@@ -9,6 +9,9 @@ episodes.csv instead, as a moving average over the last ``--window`` games over 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +21,7 @@ from matplotlib.figure import Figure  # a bare Figure renders with Agg and needs
 from matplotlib.ticker import EngFormatter
 
 from utils_drl import write_atomically
-from utils_run import EPISODES_FILE, REWARDS_FILE, RunLogError, read_episodes
+from utils_run import EPISODES_FILE, REWARDS_FILE, RunLogError, read_episodes, read_rewards
 
 
 class PlotError(Exception):
@@ -99,24 +102,12 @@ def read_train_curve(path: Path, window: int) -> Curve:
 def read_curve(path: Path) -> Curve:
     """Parse one rewards.txt; any line that does not parse is an error, never skipped."""
     try:
-        lines = path.read_text().splitlines()
-    except UnicodeDecodeError:
-        raise PlotError(f"{path} is not a text file") from None
-    rows = []
-    for number, line in enumerate(lines, start=1):
-        fields = line.split()
-        if len(fields) < 3:
-            raise PlotError(
-                f"{path}:{number}: expected at least 3 columns (index, step, score), got {len(fields)}: {line!r}"
-            )
-        try:
-            int(fields[0])
-            rows.append([int(fields[1]), *map(float, fields[2:])])
-        except ValueError:
-            raise PlotError(f"{path}:{number}: not a number where one is expected: {line!r}") from None
+        rows = [values for _, values in read_rewards(path)]
+    except RunLogError as error:
+        raise PlotError(str(error)) from None
     if not rows:
         raise PlotError(f"{path} holds no evaluations")
-    has_band = all(len(row) >= 5 for row in rows)  # step, mean, std, min, max, ...: columns 2 to 6
+    has_band = all(len(row) == 7 for row in rows)  # all 8 columns on every line (a row leaves out the index)
     band = np.array([row[3:5] for row in rows]) if has_band else None
     return Curve(
         label=path.resolve().parent.name,
@@ -155,11 +146,17 @@ def draw(curves: list[Curve], title: str | None = None, band: bool = True, windo
 
 def save(figure: Figure, output: Path) -> None:
     """Write to a temporary file beside ``output``, then rename it, so the image is never half-written."""
+    if output.is_dir():  # before the suffix check, which would blame a folder's missing suffix
+        raise PlotError(f"cannot write {output}: {os.strerror(errno.EISDIR)}")
     image_format = output.suffix[1:].lower()
     if image_format not in figure.canvas.get_supported_filetypes():
         raise PlotError(f"-o {output}: unknown image format {output.suffix or '(no suffix)'}; use .png, .svg or .pdf")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(output, lambda temporary: figure.savefig(temporary, format=image_format))
+    try:
+        with contextlib.suppress(FileExistsError):  # a file in the folder's place: the write says "Not a directory"
+            output.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(output, lambda temporary: figure.savefig(temporary, format=image_format))
+    except OSError as error:
+        raise PlotError(f"cannot write {output}: {error.strerror or error}") from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,21 +1,27 @@
 """Turn rendered evaluation games into videos: ``python video.py runs/Pong-seed0/eval_003``.
 
 ``main.py --render`` saves the first game of evaluation NNN as ``eval_NNN/000000.png, 000001.png, ...``,
-one frame per agent step. This writes such folders as H.264 MP4s (imageio, with the ffmpeg binary
-that imageio-ffmpeg bundles) or animated GIFs (pillow).
+one frame per agent step. This writes such folders as H.264 MP4s (the ffmpeg binary that imageio-ffmpeg
+bundles) or animated GIFs (pillow).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import itertools
+import math
+import os
 import re
+import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import imageio.v2 as imageio
 import numpy as np
+from imageio_ffmpeg import get_ffmpeg_exe
 from PIL import Image, UnidentifiedImageError
 from tqdm import tqdm
 
@@ -25,6 +31,7 @@ EVAL_FOLDER = re.compile(r"eval_(\d+)")  # not eval_NNN.partial: main.py is stil
 FRAME_FILE = re.compile(r"(\d+)\.png", re.IGNORECASE)
 VIDEO_SUFFIXES = (".mp4", ".gif")
 RUN_MARKERS = ("rewards.txt", "model_*.pt")
+FPS_RANGE = (0.1, 1000.0)  # one frame per 10 s to 1000 a second; anything else is a typo, not a video
 
 
 class VideoError(Exception):
@@ -64,10 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--fps",
-        type=positive_float,
+        type=frames_per_second,
         default=30.0,
-        help="frames per second (default: 30); one frame is one agent step of 4 emulator frames at 60 Hz, so 15 "
-        "is the game's real speed. GIFs store durations in 1/100 s, and browsers slow GIFs above 50 fps",
+        help="frames per second, 0.1 to 1000 (default: 30); one frame is one agent step of 4 emulator frames at 60 "
+        "Hz, so 15 is the game's real speed. GIFs store durations in 1/100 s, and browsers slow GIFs above 50 fps",
     )
     parser.add_argument(
         "--concat", action="store_true", help="write all folders, in the order given, into one video: -o FILE"
@@ -75,10 +82,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:  # also rejects nan
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+def frames_per_second(text: str) -> float:
+    """--fps: a finite number within FPS_RANGE."""
+    low, high = FPS_RANGE
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan  # not a number: the same error as "nan"
+    if not low <= value <= high:  # also rejects nan and inf
+        raise argparse.ArgumentTypeError(f"must be a number from {low:g} to {high:g}, got {text!r}")
     return value
 
 
@@ -155,7 +167,9 @@ def plan(inputs: list[Path], output: Path | None, concat: bool) -> list[tuple[li
         for target in targets:
             if targets.count(target) > 1:
                 raise VideoError(f"two frame folders would both be written to {target}: convert them separately")
-    for frames, _ in jobs:
+    for frames, target in jobs:
+        if target.is_dir():  # found now, not after encoding the video
+            raise VideoError(f"cannot write {target}: {os.strerror(errno.EISDIR)}")
         check_frames(frames)
     return jobs
 
@@ -170,14 +184,34 @@ def read_frames(frames: list[Path], description: str) -> Iterator[Image.Image]:
 
 
 def write_mp4(images: Iterator[Image.Image], path: Path, fps: float) -> None:
-    # macro_block_size=1: imageio would otherwise resize frames to multiples of 16; we pad to even sizes instead
-    with imageio.get_writer(
-        path, format="FFMPEG", fps=fps, codec="libx264", pixelformat="yuv420p", macro_block_size=1
-    ) as writer:
-        for image in images:
-            pixels = np.asarray(image)
-            height, width = pixels.shape[:2]
-            writer.append_data(np.pad(pixels, ((0, height % 2), (0, width % 2), (0, 0))))
+    """Pipe raw RGB frames, padded to even sizes, into ffmpeg. Run here rather than through imageio, which
+    ignores ffmpeg's exit status: a video ffmpeg could not write (disk full, say) would pass as written."""
+    first = next(images)
+    padding = ((0, first.height % 2), (0, first.width % 2), (0, 0))
+    size = f"{first.width + first.width % 2}x{first.height + first.height % 2}"
+    command = [get_ffmpeg_exe(), "-v", "error", "-y"]
+    command += ["-f", "rawvideo", "-pix_fmt", "rgb24", "-s", size, "-r", str(fps), "-i", "-"]
+    command += ["-an", "-c:v", "libx264", "-pix_fmt", "yuv420p", str(path)]
+    with tempfile.TemporaryFile() as log:  # a file, not a pipe: a pipe nobody reads could fill and block ffmpeg
+        try:
+            with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log) as ffmpeg:
+                for image in itertools.chain([first], images):
+                    ffmpeg.stdin.write(np.pad(np.asarray(image), padding))
+        except BrokenPipeError:
+            pass  # ffmpeg stopped reading: its exit status and log tell why
+        if ffmpeg.returncode != 0:
+            log.seek(0)
+            raise ffmpeg_error(log.read().decode(errors="replace"), ffmpeg.returncode)
+
+
+def ffmpeg_error(log: str, status: int) -> OSError | VideoError:
+    """The OS error that ffmpeg's log reports first (it prints strerror's text), else its first line."""
+    reported = [(log.find(os.strerror(code)), code) for code in errno.errorcode if os.strerror(code) in log]
+    if reported:
+        code = min(reported)[1]
+        return OSError(code, os.strerror(code))
+    lines = log.splitlines()
+    return VideoError(f"ffmpeg failed: {lines[0] if lines else f'exit status {status}'}")
 
 
 def write_gif(images: Iterator[Image.Image], path: Path, fps: float) -> None:
@@ -187,9 +221,13 @@ def write_gif(images: Iterator[Image.Image], path: Path, fps: float) -> None:
 
 
 def write_video(frames: list[Path], target: Path, fps: float) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
     write = write_gif if target.suffix.lower() == ".gif" else write_mp4
-    write_atomically(target, lambda temporary: write(read_frames(frames, target.name), temporary, fps))
+    try:
+        with contextlib.suppress(FileExistsError):  # a file in the folder's place: the write says "Not a directory"
+            target.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(target, lambda temporary: write(read_frames(frames, target.name), temporary, fps))
+    except OSError as error:  # reading errors are VideoErrors already: this is the output
+        raise VideoError(f"cannot write {target}: {error.strerror or error}") from None
 
 
 def main(argv: list[str] | None = None) -> int:

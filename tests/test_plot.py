@@ -1,10 +1,14 @@
 """plot.py: learning curves from 8- and 3-column rewards.txt files, several runs, and one-line errors."""
 
+import errno
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
+from matplotlib.figure import Figure
 from PIL import Image
 
 import plot
@@ -58,6 +62,10 @@ def test_read_curve_columns(tmp_path):
     np.testing.assert_array_equal(curve.low, curve.scores - 2)
     np.testing.assert_array_equal(curve.high, curve.scores + 3)
     assert plot.read_curve(write_rewards(tmp_path / "b", columns=3) / "rewards.txt").low is None
+    mixed = write_rewards(tmp_path / "c", columns=3, evaluations=2) / "rewards.txt"  # an old run, resumed
+    mixed.write_text(mixed.read_text() + "  2   500000 -13.0 1.5 -15.0 -10.0 10 1200\n")
+    curve = plot.read_curve(mixed)
+    assert curve.scores.tolist() == [-21.0, -17.0, -13.0] and curve.low is None
 
 
 def test_two_runs_on_one_figure(tmp_path, capsys, monkeypatch):
@@ -76,8 +84,6 @@ def test_two_runs_on_one_figure(tmp_path, capsys, monkeypatch):
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     run = write_rewards(tmp_path / "run", columns=8)
     path = run / "rewards.txt"
-    path.write_text(path.read_text() + "  5  1250000\n")
-    assert f"{path}:6: expected at least 3 columns" in run_error(capsys, str(run))
     path.write_text("  0        0 -21.0\n  1   250000 abc\n")
     assert f"{path}:2: not a number" in run_error(capsys, str(run))
     path.write_text("")
@@ -95,3 +101,57 @@ def test_command_line(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"{run / 'curve.png'}\n"
     check_png(run / "curve.png")
+
+
+@pytest.mark.parametrize("columns", [0, 1, 2, 4, 5, 6, 7, 9, 12])
+def test_a_line_with_other_than_3_or_8_columns_is_an_error(tmp_path, capsys, columns):
+    run = write_rewards(tmp_path / "run", columns=8, evaluations=3)
+    path = run / "rewards.txt"
+    fields = ["5", "1250000", "-1.0", "1.5", "-3.0", "2.0", "10", "3000", "7", "7", "7", "7"][:columns]
+    path.write_text(path.read_text() + " ".join(fields) + "\n")
+    message = run_error(capsys, str(run))
+    assert message == (
+        f"plot.py: error: {path}:4: expected 3 (index, step, score) or 8 (index, step, score, std, min, max, "
+        f"episodes, seconds) columns, got {columns}: {' '.join(fields)!r}"
+    )
+    assert not (run / "curve.png").exists()
+
+
+def listing(folder: Path) -> list[str]:
+    return sorted(str(path.relative_to(folder)) for path in folder.rglob("*"))
+
+
+def no_space(figure, path, **options) -> None:
+    """savefig running out of disk space half-way through the file."""
+    Path(path).write_bytes(b"\x89PNG")
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def no_permission(figure, path, **options) -> None:
+    raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+
+
+@pytest.mark.parametrize(
+    ("output", "savefig", "reason"),
+    [
+        ("file/curve.png", None, "Not a directory"),
+        ("file/sub/curve.png", None, "Not a directory"),  # the missing folder cannot be made
+        ("folder.png", None, "Is a directory"),
+        ("folder", None, "Is a directory"),  # not "unknown image format": it is a folder
+        ("run/curve.png", no_space, "No space left on device"),
+        ("run/curve.png", no_permission, "Permission denied"),
+    ],
+)
+def test_unwritable_output_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, output, savefig, reason):
+    run = write_rewards(tmp_path / "run", columns=8)
+    (run / "curve.png").write_bytes(b"an earlier curve")
+    (tmp_path / "file").write_text("a regular file")
+    (tmp_path / "folder.png").mkdir()
+    (tmp_path / "folder").mkdir()
+    if savefig:
+        monkeypatch.setattr(Figure, "savefig", savefig)
+    before = listing(tmp_path)
+    message = run_error(capsys, str(run), "-o", str(tmp_path / output))
+    assert message == f"plot.py: error: cannot write {tmp_path / output}: {reason}"
+    assert listing(tmp_path) == before  # nothing new, not even a temporary file
+    assert (run / "curve.png").read_bytes() == b"an earlier curve"

@@ -1,10 +1,13 @@
 """video.py: frame folders to MP4 and GIF, frame order, run folders, --concat, and one-line errors."""
 
+import errno
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import imageio.v3 as iio
+import pytest
 from PIL import Image
 
 import video
@@ -33,7 +36,12 @@ def gif_colours(path: Path) -> list[tuple[int, int, int]]:
     return colours
 
 
+def listing(folder: Path) -> list[str]:
+    return sorted(str(path.relative_to(folder)) for path in folder.rglob("*"))
+
+
 def run_error(capsys, *argv: str) -> str:
+    """Run video.py expecting its one-line error; ``capsys`` may be ``capfd``, to see ffmpeg's output too."""
     assert video.main(list(argv)) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
@@ -146,3 +154,86 @@ def test_command_line(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"{tmp_path / 'a.gif'}\n"
     assert gif_colours(tmp_path / "a.gif") == [colour(i) for i in range(3)]
+
+
+@pytest.mark.parametrize("fps", ["nan", "inf", "-inf", "0", "-15", "0.09", "1000.5", "5000", "1e309", "fast", ""])
+def test_fps_out_of_range_is_an_argparse_error(tmp_path, capsys, fps):
+    frames = make_frames(tmp_path / "eval_000", 2, size=(8, 6))
+    with pytest.raises(SystemExit) as stop:
+        video.main([str(frames), f"--fps={fps}"])
+    assert stop.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines()[-1].endswith(
+        f"error: argument --fps: must be a number from 0.1 to 1000, got {fps!r}"
+    )
+    assert "Traceback" not in captured.err
+
+
+def test_fps_range_ends_are_accepted(tmp_path):
+    assert [video.frames_per_second(text) for text in ("0.1", "1000", "1e3", " 15 ")] == [0.1, 1000.0, 1000.0, 15.0]
+    frames = make_frames(tmp_path / "eval_000", 2, size=(8, 6))
+    assert video.main([str(frames), "-o", str(tmp_path / "slow.gif"), "--fps", "0.1"]) == 0
+    with Image.open(tmp_path / "slow.gif") as gif:
+        assert gif.info["duration"] == 10_000
+    assert video.main([str(frames), "-o", str(tmp_path / "fast.mp4"), "--fps", "1000"]) == 0
+    assert len(iio.imread(tmp_path / "fast.mp4", plugin="FFMPEG")) == 2
+
+
+def no_space(images, path: Path, fps: float) -> None:
+    """A writer that runs out of disk space half-way through the file."""
+    path.write_bytes(b"GIF89a")
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def no_permission(images, path: Path, fps: float) -> None:
+    raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+
+
+@pytest.mark.parametrize(
+    ("output", "writer", "reason"),
+    [
+        ("file/clip.mp4", None, "Not a directory"),  # ffmpeg's own open fails
+        ("file/clip.gif", None, "Not a directory"),
+        ("file/videos", None, "Not a directory"),  # -o a folder for the videos, which cannot be made
+        ("file/sub/clip.mp4", None, "Not a directory"),  # the missing folder cannot be made
+        ("folder.mp4", None, "Is a directory"),
+        ("clip.gif", no_space, "No space left on device"),
+        ("clip.gif", no_permission, "Permission denied"),
+    ],
+)
+def test_unwritable_output_is_one_line_and_exit_2(tmp_path, capfd, monkeypatch, output, writer, reason):
+    frames = make_frames(tmp_path / "eval_000", 2, size=(8, 6))
+    (tmp_path / "file").write_text("a regular file")
+    (tmp_path / "folder.mp4").mkdir()
+    (tmp_path / "clip.gif").write_bytes(b"an earlier video")
+    if writer:
+        monkeypatch.setattr(video, "write_gif", writer)
+    before = listing(tmp_path)
+    target = tmp_path / output / "eval_000.mp4" if output == "file/videos" else tmp_path / output
+    message = run_error(capfd, str(frames), "-o", str(tmp_path / output))
+    assert message == f"video.py: error: cannot write {target}: {reason}"
+    assert listing(tmp_path) == before  # nothing new, not even a temporary file
+    assert (tmp_path / "clip.gif").read_bytes() == b"an earlier video"
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_ffmpeg_failing_to_write_is_one_line_and_exit_2(tmp_path, capfd):
+    frames = make_frames(tmp_path / "eval_000", 2, size=(8, 6))
+    before = listing(tmp_path)
+    # write_atomically's temporary file, made a device where every write fails with ENOSPC, like a full disk
+    (tmp_path / ".eval_000.tmp.mp4").symlink_to("/dev/full")
+    message = run_error(capfd, str(frames))  # capfd: ffmpeg's own messages would show there too
+    assert message == f"video.py: error: cannot write {tmp_path / 'eval_000.mp4'}: No space left on device"
+    assert listing(tmp_path) == before
+
+
+def test_ffmpeg_error_keeps_the_os_reason():
+    log = (
+        "[out#0/mp4 @ 0x5] Could not write header (incorrect codec parameters ?): No space left on device\n"
+        "[vf#0:0 @ 0x6] Error sending frames to consumers: Invalid argument\n"
+    )
+    error = video.ffmpeg_error(log, 228)
+    assert isinstance(error, OSError) and (error.errno, error.strerror) == (errno.ENOSPC, "No space left on device")
+    assert str(video.ffmpeg_error("[libx264 @ 0x7] broken\nmore\n", 1)) == "ffmpeg failed: [libx264 @ 0x7] broken"
+    assert str(video.ffmpeg_error("", -9)) == "ffmpeg failed: exit status -9"
