@@ -33,10 +33,11 @@ import torch
 
 import main
 import plot
-from utils_drl import Agent, load_checkpoint
+from utils_config import parse_config, pick_device
+from utils_drl import Agent, CheckpointError
 from utils_env import AtariEnv, resolve_env_id
 from utils_memory import PrioritizedReplayMemory, ReplayMemory, SumTree
-from utils_run import EPISODES_FILE, REWARDS_FILE, RunLogError, read_episodes
+from utils_run import EPISODES_FILE, REWARDS_FILE, RunLogError, load_newest_checkpoint, read_episodes
 from utils_types import Batch
 
 CAPACITY = 1_000_000
@@ -103,7 +104,7 @@ def bench_loop(env_id: str, prioritized: bool, learning_starts: int, steps: int,
         ]  # fmt: skip
         if prioritized:
             argv.append("--prioritized")
-        args, _ = main.parse_config(argv)
+        args, _ = parse_config(argv)
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             return main.train(args, None).learning_steps_per_second
 
@@ -151,7 +152,7 @@ def bench_memories(fill: int, repeats: int) -> dict[str, float]:
 
 def run(env: str, quick: bool, train_every: int) -> dict[str, Any]:
     env_id = resolve_env_id(env)
-    device = main.pick_device("auto")
+    device = pick_device("auto")
     learning_starts, loop_steps = (200, 300) if quick else (1000, 3000)
     figures: dict[str, Any] = {}
     figures.update(bench_network(AtariEnv(env_id, 0).n_actions, device, repeats=10 if quick else 50))
@@ -243,7 +244,7 @@ CLEANRL_BREAKOUT = {(0, 20_000): 1.95, (50_000, 100_000): 3.67, (100_000, 150_00
 def learning_run(steps: int, prioritized: bool, seed: int, out: Path, main_args: list[str]) -> int:
     """Train (or continue) the benchmark run in ``out`` up to ``steps``; return main's exit code."""
     if (out / REWARDS_FILE).exists():
-        done = load_checkpoint(main.newest_checkpoint(out))["run"]["step"]
+        done = load_newest_checkpoint(out)[1]["run"]["step"]
         if done >= steps:
             return 0
         argv = ["--resume", str(out), "--steps", str(steps)]
@@ -251,13 +252,13 @@ def learning_run(steps: int, prioritized: bool, seed: int, out: Path, main_args:
     else:
         argv = ["--env", "Breakout", "--seed", str(seed), "--steps", str(steps), "--out", str(out), *LEARNING_FLAGS]
         argv += ["--prioritized"] * prioritized + main_args
-    args, checkpoint = main.parse_config(argv)
+    args, checkpoint = parse_config(argv)
     return main.train(args, checkpoint).exit_code
 
 
 def learning_report(run: Path) -> dict[str, Any]:
     """Mean training-game score per range of steps, and the evaluations, of one run folder."""
-    config = load_checkpoint(main.newest_checkpoint(run))["config"]
+    config = load_newest_checkpoint(run)[1]["config"]
     games = read_episodes(run / EPISODES_FILE)
     curve = plot.read_curve(run / REWARDS_FILE)
     last_step = int(curve.steps[-1])
@@ -338,7 +339,7 @@ def learning_main(arguments: argparse.Namespace, main_args: list[str]) -> int:
         runs = [out]
     try:
         reports = [learning_report(run) for run in runs]
-    except (RunLogError, plot.PlotError, main.CheckpointError) as error:
+    except (RunLogError, plot.PlotError, CheckpointError) as error:
         print(f"bench.py: error: {error}", file=sys.stderr)
         return 2
     print(json.dumps(reports, indent=2) if arguments.json else learning_table(reports), flush=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -97,6 +99,9 @@ class Agent:
         td_errors = (targets - q.detach()).abs().cpu().numpy()
         return LearnResult(loss.item(), q.detach().mean().item(), td_errors)
 
+    def weights_finite(self) -> bool:
+        return all(bool(torch.isfinite(weights).all()) for weights in self.online.parameters())
+
     def sync_target(self) -> None:
         self.target.load_state_dict(self.online.state_dict())
 
@@ -119,10 +124,18 @@ class CheckpointError(Exception):
     """A checkpoint is missing, unreadable or not one of ours; the message says which."""
 
 
+class WriteError(OSError):
+    """A file that could not be written, named by its real path (not the temporary one)."""
+
+    def __str__(self) -> str:
+        return f"cannot write {self.filename}: {self.strerror}"
+
+
 def write_atomically(path: Path, data: bytes | Callable[[Path], None]) -> None:
     """Write ``data`` (bytes, or a function writing a given path) to a temporary file in the
     same folder, then rename it over ``path``, so readers never see a half-written file. The
-    temporary name keeps the suffix, for writers that choose a format by it."""
+    temporary name keeps the suffix, for writers that choose a format by it. A failure of the
+    disk raises WriteError with the operating system's reason."""
     temporary = path.with_name(f".{path.stem}.tmp{path.suffix}")
     try:
         if callable(data):
@@ -130,13 +143,55 @@ def write_atomically(path: Path, data: bytes | Callable[[Path], None]) -> None:
         else:
             temporary.write_bytes(data)
         os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
+    except BaseException as error:
+        with contextlib.suppress(OSError):  # a failed cleanup must not hide why the write failed
+            temporary.unlink(missing_ok=True)
+        if isinstance(error, OSError) and not isinstance(error, WriteError):
+            raise WriteError(error.errno, error.strerror or str(error), str(path)) from error
         raise
 
 
+class _RecordingWriter(io.RawIOBase):
+    """A file that remembers the operating system's error of a failed write: torch.save reports
+    only a RuntimeError of its own when the disk is full."""
+
+    def __init__(self, file: io.FileIO) -> None:
+        self.file = file
+        self.error: OSError | None = None
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.file.write(data)
+        except OSError as error:
+            self.error = error
+            raise
+
+
+def save_torch(path: Path, payload: Any) -> None:
+    """``torch.save`` atomically; a failure of the disk raises WriteError with its reason."""
+
+    def write(temporary: Path) -> None:
+        with open(temporary, "wb", buffering=0) as file:
+            writer = _RecordingWriter(file)
+            try:
+                torch.save(payload, writer)
+            except RuntimeError:
+                if writer.error is None:
+                    raise
+                error, writer.error = writer.error, None  # no cycle through this frame keeps it alive
+                try:
+                    raise error from None
+                finally:
+                    del error
+
+    write_atomically(path, write)
+
+
 def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
-    write_atomically(path, lambda temporary: torch.save({"format": CHECKPOINT_FORMAT, **payload}, temporary))
+    save_torch(path, {"format": CHECKPOINT_FORMAT, **payload})
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:

@@ -112,14 +112,22 @@ class ReplayMemory:
         return {**arrays, "capacity": self.capacity, "cursor": self.cursor, "rng": self.rng.bit_generator.state}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore ``state_dict``'s contents; a state that does not fit this memory raises
+        ValueError (or KeyError) and leaves the memory as it was."""
+        arrays = {name: state[name].numpy() for name in self._arrays}
+        size, cursor = len(arrays["frames"]), int(state["cursor"])
         # Slot positions only mean the same thing in a memory of the same capacity.
-        size = len(state["frames"])
-        if state["capacity"] != self.capacity or tuple(state["frames"].shape[1:]) != self.frames.shape[1:]:
+        if state["capacity"] != self.capacity or arrays["frames"].shape[1:] != self.frames.shape[1:]:
             raise ValueError("the saved replay memory has another capacity or frame shape than this one")
-        for name in self._arrays:
-            getattr(self, name)[:size] = state[name].numpy()
+        cursor_valid = 0 <= cursor < self.capacity if size == self.capacity else cursor == size
+        if any(len(array) != size for array in arrays.values()) or not cursor_valid:
+            raise ValueError("the saved replay memory's arrays and cursor disagree")
+        if 0 < size < self.capacity and not arrays["starts"][0]:
+            raise ValueError("the saved replay memory does not begin with the first step of a game")
+        for name, array in arrays.items():
+            getattr(self, name)[:size] = array
         self.size = size
-        self.cursor = int(state["cursor"])
+        self.cursor = cursor
         self.rng.bit_generator.state = state["rng"]
 
     def _oldest(self) -> int:
@@ -359,13 +367,13 @@ class PrioritizedReplayMemory(ReplayMemory):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if len(state["priorities"]) != len(state["frames"]):
+        priorities = state["priorities"].numpy()
+        counters = (float(state["max_priority"]), int(state["priority_updates"]), float(state["window_max_priority"]))
+        if len(priorities) != len(state["frames"]):
             raise ValueError("the saved priorities do not match the saved transitions")
         super().load_state_dict(state)
         leaves = self.tree.leaves
-        leaves[: self.size] = state["priorities"].numpy()
+        leaves[: self.size] = priorities
         leaves[self.size :] = 0.0  # slots past size hold no transition
         self.tree.rebuild()
-        self.max_priority = float(state["max_priority"])
-        self.priority_updates = int(state["priority_updates"])
-        self.window_max_priority = float(state["window_max_priority"])
+        self.max_priority, self.priority_updates, self.window_max_priority = counters

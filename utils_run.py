@@ -1,21 +1,40 @@
-"""The run folder's text logs, written atomically and read back by bench.py and plot.py.
+"""The run folder: its text logs, its checkpoints, its saved replay memory and its lock.
 
 - ``rewards.txt``: one line per evaluation (index, step, mean, std, min, max, episodes, wall seconds).
 - ``episodes.csv``: one line per finished training game (step, score, length, epsilon), with a header.
+- ``model_NNN.pt``: the checkpoint of evaluation NNN, carrying that evaluation's rewards.txt line;
+  ``model_interrupted.pt``: the checkpoint of a run stopped with Ctrl-C.
+- ``memory.pt``: the replay memory at the latest checkpoint (``--save-memory``).
+- ``.lock``: held by the one process that trains in the folder.
+
+Everything is written atomically (``write_atomically``); a resume reconciles the logs with the
+checkpoint it starts from, so no evaluation or game is ever missing or logged twice.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
+import shutil
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import torch
 
-from utils_drl import write_atomically
+from utils_drl import CheckpointError, WriteError, load_checkpoint, save_torch, write_atomically
 from utils_types import EvalResult, GameResult
 
 REWARDS_FILE = "rewards.txt"
 EPISODES_FILE = "episodes.csv"
 EPISODES_HEADER = "step,score,length,epsilon\n"
+MEMORY_FILE = "memory.pt"
+INTERRUPTED_CHECKPOINT = "model_interrupted.pt"
+LOCK_FILE = ".lock"
+# rewards.txt's two layouts: the classic three columns of older files, and the eight written since.
+REWARDS_COLUMNS = {3: "index, step, score", 8: "index, step, score, std, min, max, episodes, seconds"}
 
 
 class RunLogError(Exception):
@@ -35,9 +54,68 @@ def rewards_line(index: int, step: int, result: EvalResult, wall_seconds: float)
     )
 
 
-def logged_evaluations(path: Path) -> int:
-    """How many evaluation lines rewards.txt holds."""
-    return len(path.read_text().splitlines()) if path.exists() else 0
+def read_rewards(path: Path) -> list[tuple[int, list[float]]]:
+    """rewards.txt as (evaluation index, [step, mean, ...]) per line. A line that does not parse,
+    has a column count other than 3 or 8, or breaks the order of indices is a RunLogError."""
+    try:
+        lines = path.read_text().splitlines()
+    except UnicodeDecodeError:
+        raise RunLogError(f"{path} is not a text file") from None
+    rows: list[tuple[int, list[float]]] = []
+    for number, line in enumerate(lines, start=1):
+        fields = line.split()
+        if len(fields) not in REWARDS_COLUMNS:
+            expected = " or ".join(f"{count} ({names})" for count, names in REWARDS_COLUMNS.items())
+            raise RunLogError(f"{path}:{number}: expected {expected} columns, got {len(fields)}: {line!r}")
+        try:
+            index, values = int(fields[0]), [int(fields[1]), *map(float, fields[2:])]
+        except ValueError:
+            raise RunLogError(f"{path}:{number}: not a number where one is expected: {line!r}") from None
+        if rows and index <= rows[-1][0]:
+            raise RunLogError(f"{path}:{number}: evaluation {index} after evaluation {rows[-1][0]}: out of order")
+        rows.append((index, values))
+    return rows
+
+
+def reconcile_rewards(run: Path, evaluations: int, saved_line: Callable[[int], str | None]) -> list[str]:
+    """Make ``run``'s rewards.txt hold one line for each evaluation 0 .. ``evaluations`` - 1, the
+    ones the checkpoint a run resumes from has done, and return a note for each repair.
+
+    Lines past them (evaluations after that checkpoint, whose checkpoints are gone) are dropped,
+    after the old file is saved as ``rewards.txt.bak-<time>``; missing lines are restored from
+    ``saved_line(index)`` (the line a checkpoint carries) where it has one; a missing final
+    newline is added. Lines that do not parse raise RunLogError naming ``path:line``.
+    """
+    path = run / REWARDS_FILE
+    text = path.read_text() if path.exists() else ""
+    rows = read_rewards(path) if text else []
+    lines = dict(zip((index for index, _ in rows), text.splitlines(), strict=True))
+    notes = []
+    later = [index for index in lines if index >= evaluations]
+    if later:
+        backup = path.with_name(f"{REWARDS_FILE}.bak-{time.strftime('%Y%m%d-%H%M%S')}")
+        write_atomically(backup, text.encode())
+        notes.append(
+            f"{path}: dropped evaluations {later[0]}..{later[-1]}, which came after the checkpoint "
+            f"(the old file is {backup.name})"
+        )
+    restored, lost = [], []
+    for index in range(evaluations):
+        if index not in lines:
+            line = saved_line(index)
+            if line:
+                lines[index] = line.rstrip("\n")
+                restored.append(index)
+            else:
+                lost.append(index)
+    if restored:
+        notes.append(f"{path}: restored evaluations {', '.join(map(str, restored))} from their checkpoints")
+    if lost:
+        notes.append(f"{path}: evaluations {', '.join(map(str, lost))} are lost (no file or checkpoint holds them)")
+    repaired = "".join(lines[index] + "\n" for index in sorted(lines) if index < evaluations)
+    if repaired != text:
+        write_atomically(path, repaired.encode())
+    return notes
 
 
 def episode_line(step: int, game: GameResult, epsilon: float) -> str:
@@ -51,10 +129,10 @@ def start_episodes(path: Path, step: int) -> None:
     if not path.exists():
         write_atomically(path, EPISODES_HEADER.encode())
         return
-    lines = path.read_text().splitlines(keepends=True)[1:]
-    kept = [line for line in lines if int(line.split(",", 1)[0]) <= step]
-    if len(kept) < len(lines):
-        write_atomically(path, (EPISODES_HEADER + "".join(kept)).encode())
+    games = read_episodes(path)
+    kept = path.read_text().splitlines()[1 : 1 + int(np.sum(games[:, 0] <= step))]
+    if len(kept) < len(games) or not path.read_text().endswith("\n"):
+        write_atomically(path, (EPISODES_HEADER + "".join(line + "\n" for line in kept)).encode())
 
 
 def read_episodes(path: Path) -> np.ndarray:
@@ -74,3 +152,120 @@ def read_episodes(path: Path) -> np.ndarray:
             raise RunLogError(f"{path}:{number}: expected 4 numbers (step,score,length,epsilon), got {line!r}")
         rows.append(row)
     return np.array(rows, dtype=np.float64).reshape(-1, 4)
+
+
+class RunFolderError(Exception):
+    """The run folder cannot be used now; the message is one line for the user."""
+
+
+def describe_os_error(error: OSError) -> str:
+    """One line naming the file and the operating system's reason."""
+    if isinstance(error, WriteError) or error.filename is None:
+        return str(error)
+    return f"{error.filename}: {error.strerror}"
+
+
+class RunLock:
+    """An advisory lock on ``RUN/.lock`` for as long as a run trains in ``RUN``: a second process
+    on the same folder is refused. The kernel releases the lock when its process dies, however
+    it dies, so a stale lock file never blocks; the file keeps the holder's process id."""
+
+    def __init__(self, run: Path) -> None:
+        self.run = run
+        self.descriptor: int | None = None
+
+    def __enter__(self) -> RunLock:
+        try:
+            self.run.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise RunFolderError(f"cannot create the run folder {describe_os_error(error)}") from None
+        path = self.run / LOCK_FILE
+        try:
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as error:
+            raise RunFolderError(f"cannot write {path}: {error.strerror}") from None
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(descriptor, 32).decode(errors="replace").strip() or "unknown"
+            os.close(descriptor)
+            raise RunFolderError(f"{self.run} is in use by process {holder}; wait for it or stop it first") from None
+        try:
+            os.ftruncate(descriptor, 0)
+            os.write(descriptor, f"{os.getpid()}\n".encode())
+        except OSError as error:
+            os.close(descriptor)
+            raise RunFolderError(f"cannot write {path}: {error.strerror}") from None
+        self.descriptor = descriptor
+        return self
+
+    def __exit__(self, *exception: object) -> None:
+        if self.descriptor is not None:
+            os.close(self.descriptor)  # releases the lock; the file stays, for the next holder
+            self.descriptor = None
+
+
+def remove_leftovers(run: Path) -> None:
+    """Delete what a killed process left half-written: temporary files of ``write_atomically``
+    and evaluation frame folders still being filled. Only the lock holder may call this."""
+    for path in run.glob(".*.tmp*"):
+        path.unlink(missing_ok=True)
+    for path in run.glob("eval_*.partial"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def check_free_space(run: Path, needed: int) -> None:
+    """Refuse to start when the run folder's disk cannot hold a checkpoint of ``needed`` bytes."""
+    free = shutil.disk_usage(run).free
+    if free < needed:
+        raise RunFolderError(
+            f"{run}: only {free / 2**20:.0f} MiB free on its disk, and a checkpoint needs {needed / 2**20:.0f} MiB"
+        )
+
+
+def load_newest_checkpoint(run: Path) -> tuple[Path, dict[str, Any], list[str]]:
+    """The readable checkpoint with the highest step: the newest evaluation checkpoint that loads,
+    or the interrupted one if it is newer. Also a note for each newer checkpoint that does not load."""
+    if not run.is_dir():
+        raise CheckpointError(f"no run folder {run}")
+    numbered = [p for p in run.glob("model_*.pt") if p.stem.removeprefix("model_").isdigit()]
+    numbered.sort(key=lambda p: int(p.stem.removeprefix("model_")), reverse=True)
+    interrupted = run / INTERRUPTED_CHECKPOINT
+    if not numbered and not interrupted.exists():
+        raise CheckpointError(f"{run} holds no checkpoint (model_NNN.pt)")
+    found: list[tuple[Path, dict[str, Any]]] = []
+    unreadable: list[str] = []
+    for path in numbered + [interrupted] * interrupted.exists():
+        if found and path != interrupted:
+            continue  # an older evaluation checkpoint than one already found
+        try:
+            found.append((path, load_checkpoint(path)))
+        except CheckpointError as error:
+            unreadable.append(str(error))
+    if not found:
+        raise CheckpointError("; ".join(unreadable))
+    path, checkpoint = max(found, key=lambda item: item[1]["run"]["step"])
+    return path, checkpoint, [f"skipped {error}" for error in unreadable]
+
+
+def save_memory(path: Path, memory_state: dict[str, Any], step: int, config: dict[str, Any]) -> None:
+    """Save the replay memory with the step and learning configuration it belongs to."""
+    save_torch(path, {"step": step, "config": config, "memory": memory_state})
+
+
+def load_memory(path: Path, step: int, config: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """The saved replay memory's state if it belongs to the checkpoint at ``step`` of a run with
+    ``config``; otherwise None and why not (empty when there is no saved memory)."""
+    if not path.exists():
+        return None, ""
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as error:  # torch raises many types for truncated or foreign files
+        return None, f"{path} is not readable ({type(error).__name__}); it may be truncated"
+    if not isinstance(saved, dict) or not {"step", "memory"} <= saved.keys():
+        return None, f"{path} is not a replay memory of this program"
+    if saved["step"] != step:
+        return None, f"{path} was saved at step {saved['step']}, not at the checkpoint's step {step}"
+    if saved.get("config") != config:
+        return None, f"{path} belongs to a run with other settings"
+    return saved["memory"], ""

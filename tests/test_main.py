@@ -13,6 +13,7 @@ import torch
 from PIL import Image
 
 import main
+import utils_config
 from utils_drl import linear_schedule, load_checkpoint
 from utils_run import EPISODES_HEADER, read_episodes
 
@@ -216,9 +217,9 @@ def test_tensorboard_scalars(tmp_path, monkeypatch, capsys):
     assert expected | {"train/steps_per_second", "train/beta"} <= tags
     assert [event.step for event in events.Scalars("eval/score")] == [0, 150, 300]
 
-    real_find_spec = main.importlib.util.find_spec
+    real_find_spec = utils_config.importlib.util.find_spec
     monkeypatch.setattr(
-        main.importlib.util, "find_spec", lambda name: None if name == "tensorboard" else real_find_spec(name)
+        utils_config.importlib.util, "find_spec", lambda name: None if name == "tensorboard" else real_find_spec(name)
     )
     with pytest.raises(SystemExit):
         main.main(["--tensorboard", "--out", str(tmp_path / "other")])

@@ -1,0 +1,417 @@
+"""What happens when things go wrong: bad flags, divergence, damaged run folders, two processes on
+one folder, a bad saved memory, a failing disk and a second Ctrl-C. Each ends in one line (or a
+correct run) and leaves every earlier file as it was."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import main
+from utils_drl import WriteError, load_checkpoint, save_checkpoint, write_atomically
+from utils_run import (
+    LOCK_FILE,
+    MEMORY_FILE,
+    RunFolderError,
+    RunLock,
+    RunLogError,
+    load_newest_checkpoint,
+    reconcile_rewards,
+    start_episodes,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = [
+    "--env", "Breakout", "--learning-starts", "100", "--memory-size", "1000", "--eval-episodes", "1",
+    "--max-episode-frames", "2000", "--target-every", "50",
+]  # fmt: skip
+
+
+def popen_main(*args: str, limit_file_size: int | None = None) -> subprocess.Popen:
+    """``python main.py args`` with its output piped; optionally unable to write files larger than
+    ``limit_file_size`` bytes, as on a full disk."""
+    prelude = "import runpy, sys\n"
+    if limit_file_size:
+        prelude += (
+            "import resource, signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+            f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit_file_size}, {limit_file_size}))\n"
+        )
+    prelude += f"sys.argv = ['main.py', *{list(args)!r}]\nrunpy.run_path('main.py', run_name='__main__')\n"
+    return subprocess.Popen(
+        [sys.executable, "-c", prelude], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def run_main(*args: str, limit_file_size: int | None = None) -> subprocess.CompletedProcess:
+    process = popen_main(*args, limit_file_size=limit_file_size)
+    stdout, stderr = process.communicate(timeout=300)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def error_line(capsys, argv: list[str]) -> str:
+    """The one line that main.py's argument checks print for ``argv``, with exit status 2."""
+    with pytest.raises(SystemExit) as exit_info:
+        main.main(argv)
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert "Traceback" not in "\n".join(lines)
+    return lines[-1]
+
+
+def files_of(run: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != LOCK_FILE}
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--seed", "-1"], "--seed must be 0 or more, got -1"),
+        (["--lr", "0"], "--lr must be positive and finite"),
+        (["--lr", "nan"], "--lr must be positive and finite, got nan"),
+        (["--lr", "inf"], "--lr must be positive and finite, got inf"),
+        (["--adam-eps", "0"], "--adam-eps must be positive and finite"),
+        (["--gamma", "nan"], "--gamma must be within [0, 1], got nan"),
+        (["--gamma", "1.01"], "--gamma must be within [0, 1]"),
+        (["--grad-clip", "0"], "--grad-clip must be positive (inf turns clipping off)"),
+        (["--grad-clip", "nan"], "--grad-clip must be positive"),
+        (["--eps-decay-steps", "-5"], "--eps-decay-steps must be 0 or more"),
+        (["--alpha", "nan"], "--alpha must be 0 or more and finite"),
+        (["--priority-eps", "inf"], "--priority-eps must be positive and finite"),
+        (["--beta0", "-0.1"], "--beta0 must be within [0, 1]"),
+        (["--max-episode-frames", "40"], "--max-episode-frames must be a multiple of 4 (the frame skip) and at least"),
+        (["--max-episode-frames", "1001"], "got 1001"),
+        (["--memory-size", "5", "--batch-size", "2", "--learning-starts", "4"], "--memory-size must exceed 5"),
+        (["--memory-size", str(10**12)], "GiB of RAM, this machine has"),
+        (["--device", "gpu0"], "--device gpu0: not a device; use auto, cpu, cuda, cuda:N or mps"),
+        (["--device", "meta"], "--device meta: only cpu, cuda, cuda:N and mps are supported"),
+    ],
+)
+def test_every_flag_is_checked_before_anything_is_created(argv, message, capsys, tmp_path):
+    out = tmp_path / "run"
+    assert message in error_line(capsys, [*argv, "--out", str(out)])
+    assert not out.exists()
+
+
+def test_device_names_what_this_torch_build_lacks(capsys, monkeypatch):
+    monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: False)
+    line = error_line(capsys, ["--device", "cuda"])
+    assert f"--device cuda: this torch build has no CUDA support (torch {torch.__version__}); use --device cpu" in line
+    monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert "this machine has 1 CUDA device(s), cuda:0 to cuda:0" in error_line(capsys, ["--device", "cuda:3"])
+    monkeypatch.setattr(torch.backends.mps, "is_built", lambda: False)
+    assert "this torch build has no MPS support" in error_line(capsys, ["--device", "mps"])
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory) -> Path:
+    """A finished run of 240 steps with evaluations at 0, 120 and 240 (model_000..002)."""
+    run = tmp_path_factory.mktemp("small") / "run"
+    assert main.main([*TINY, "--steps", "240", "--eval-every", "120", "--out", str(run)]) == 0
+    return run
+
+
+def copy_run(source: Path, target: Path) -> Path:
+    target.mkdir()
+    for path in source.iterdir():
+        if path.is_file() and path.name != LOCK_FILE:
+            (target / path.name).write_bytes(path.read_bytes())
+    return target
+
+
+def test_resume_and_evaluate_refuse_flags_that_contradict_the_run(small_run, capsys, tmp_path):
+    line = error_line(capsys, ["--resume", str(small_run), "--steps", "300", "--out", str(tmp_path / "elsewhere")])
+    assert f"--out {tmp_path / 'elsewhere'} is not --resume {small_run}" in line
+    line = error_line(capsys, ["--evaluate", str(small_run / "model_002.pt"), "--env", "Pong"])
+    assert "--env does not apply to --evaluate (the run used 'ALE/Breakout-v5')" in line
+    assert "--gamma does not apply" in error_line(
+        capsys, ["--evaluate", str(small_run / "model_002.pt"), "--gamma", "0.5"]
+    )
+    line = error_line(capsys, ["--evaluate", str(small_run / "model_002.pt"), "--device", "gpu0"])
+    assert "--device gpu0: not a device" in line
+    # A flag equal to the checkpoint's is no contradiction; the game played is named.
+    argv = ["--evaluate", str(small_run / "model_002.pt"), "--env", "breakout", "--eval-episodes", "1"]
+    assert main.main(argv) == 0
+    assert f"Playing ALE/Breakout-v5 with {small_run / 'model_002.pt'} (trained 240 steps): 1 games" in (
+        capsys.readouterr().out
+    )
+
+
+def test_a_diverging_run_stops_with_one_line_and_keeps_its_last_good_checkpoint(tmp_path):
+    run = tmp_path / "run"
+    # An absurd learning rate without clipping overflows the weights in a few updates.
+    done = run_main(
+        *TINY, "--steps", "400", "--eval-every", "300", "--lr", "1e30", "--grad-clip", "inf", "--out", str(run)
+    )
+    assert done.returncode == 1
+    error = done.stderr.strip().splitlines()[-1]
+    assert error.startswith("main.py: error: training diverged: the loss became ")
+    assert f"the last checkpoint is {run / 'model_000.pt'} (step 0). Try a lower --lr, or a finite --grad-clip" in error
+    assert "Traceback" not in done.stderr
+    assert sorted(p.name for p in run.glob("model_*")) == ["model_000.pt"]
+    assert len((run / "rewards.txt").read_text().splitlines()) == 1
+
+
+def test_weights_that_are_not_finite_are_never_saved(tmp_path, monkeypatch, capsys):
+    learn = main.Agent.learn
+    calls = []
+
+    def poisoned(agent, batch):
+        result = learn(agent, batch)
+        calls.append(1)
+        if len(calls) == 5:  # the update of step 120, just before its evaluation's checkpoint
+            next(agent.online.parameters()).data.fill_(float("nan"))
+        return result
+
+    monkeypatch.setattr(main.Agent, "learn", poisoned)
+    run = tmp_path / "run"
+    assert main.main([*TINY, "--steps", "240", "--eval-every", "120", "--out", str(run)]) == 1
+    assert "training diverged: the weights are no longer finite at step 120" in capsys.readouterr().err
+    assert sorted(p.name for p in run.glob("model_*")) == ["model_000.pt"]
+    assert len((run / "rewards.txt").read_text().splitlines()) == 1
+
+
+def line(index: int, step: int) -> str:
+    return f"{index:3d} {step:8d} 1.0 0.0 1.0 1.0 1 5"
+
+
+def test_reconcile_rewards_repairs_what_checkpoints_can_restore(tmp_path):
+    path = tmp_path / "rewards.txt"
+    saved = {0: line(0, 0) + "\n", 1: line(1, 100) + "\n", 2: line(2, 200) + "\n"}
+    # A missing file: every line comes back from the checkpoints.
+    assert reconcile_rewards(tmp_path, 3, saved.get) == [f"{path}: restored evaluations 0, 1, 2 from their checkpoints"]
+    assert path.read_text() == "".join(saved.values())
+    # A missing final newline is added, never glued onto.
+    path.write_text(line(0, 0) + "\n" + line(1, 100))
+    assert reconcile_rewards(tmp_path, 2, saved.get) == []
+    assert path.read_text() == saved[0] + saved[1]
+    # A missing middle line comes back; one no checkpoint holds is reported lost.
+    path.write_text(saved[0] + saved[2])
+    notes = reconcile_rewards(tmp_path, 4, saved.get)
+    assert notes == [
+        f"{path}: restored evaluations 1 from their checkpoints",
+        f"{path}: evaluations 3 are lost (no file or checkpoint holds them)",
+    ]
+    assert path.read_text() == saved[0] + saved[1] + saved[2]
+    # Lines past the checkpoint go, after the old file is kept.
+    notes = reconcile_rewards(tmp_path, 1, saved.get)
+    assert len(notes) == 1 and "dropped evaluations 1..2, which came after the checkpoint" in notes[0]
+    backup = next(tmp_path.glob("rewards.txt.bak-*"))
+    assert backup.read_text() == saved[0] + saved[1] + saved[2] and path.read_text() == saved[0]
+
+
+@pytest.mark.parametrize(
+    "text,number,message",
+    [
+        ("  0 0 1.0 0.0 1.0 1.0 1 5\nhello\n", 2, "expected 3 (index, step, score) or 8"),
+        ("  0 0 1.0 0.0 1.0 1.0 1 5\n  1 x 1.0 0.0 1.0 1.0 1 5\n", 2, "not a number"),
+        ("  0 0 1.0 0.0 1.0 1.0 1 5\n  0 0 1.0 0.0 1.0 1.0 1 5\n", 2, "evaluation 0 after evaluation 0"),
+        ("  0 0 1.0 0.0 1.0 1.0 1 5 9\n", 1, "expected 3 (index, step, score) or 8"),
+    ],
+)
+def test_reconcile_rewards_refuses_garbage_naming_path_and_line(tmp_path, text, number, message):
+    path = tmp_path / "rewards.txt"
+    path.write_text(text)
+    with pytest.raises(RunLogError, match=re.escape(f"{path}:{number}: {message}")):
+        reconcile_rewards(tmp_path, 2, lambda index: None)
+    assert path.read_text() == text
+
+
+def test_start_episodes_refuses_garbage_and_repairs_a_missing_newline(tmp_path):
+    path = tmp_path / "episodes.csv"
+    path.write_text("step,score,length,epsilon\n10,1,5,0.5\n20,2,6,0.5")
+    start_episodes(path, 30)
+    assert path.read_text() == "step,score,length,epsilon\n10,1,5,0.5\n20,2,6,0.5\n"
+    path.write_text("step,score,length,epsilon\n10,1,5,0.5\nten,1,5,0.5\n")
+    with pytest.raises(RunLogError, match=f"{path}:3: expected 4 numbers"):
+        start_episodes(path, 30)
+
+
+def test_resume_from_an_older_checkpoint_restores_and_truncates_rewards(small_run, tmp_path):
+    run = copy_run(small_run, tmp_path / "run")
+    full = (run / "rewards.txt").read_text().splitlines(keepends=True)
+    (run / "model_002.pt").write_bytes(b"torn")  # the newest checkpoint is unreadable
+    (run / "rewards.txt").write_text(full[1] + full[2])  # and line 0 is gone
+    resumed = run_main("--resume", str(run), "--steps", "300")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"Note: skipped {run / 'model_002.pt'} is not a readable checkpoint" in resumed.stdout
+    assert "restored evaluations 0 from their checkpoints" in resumed.stdout
+    assert "dropped evaluations 2..2, which came after the checkpoint" in resumed.stdout
+    lines = (run / "rewards.txt").read_text().splitlines(keepends=True)
+    assert lines[:2] == full[:2] and [int(x.split()[0]) for x in lines] == [0, 1, 2, 3]
+    assert [int(x.split()[1]) for x in lines[2:]] == [240, 300]
+    assert next(run.glob("rewards.txt.bak-*")).read_text() == full[1] + full[2]
+
+
+def test_garbage_in_rewards_stops_a_resume_with_path_and_line(small_run, tmp_path, capsys):
+    run = copy_run(small_run, tmp_path / "run")
+    (run / "rewards.txt").write_text((run / "rewards.txt").read_text() + "garbage\n")
+    before = files_of(run)
+    assert main.main(["--resume", str(run), "--steps", "300"]) == 1
+    assert f"main.py: error: {run / 'rewards.txt'}:4: expected 3 (index, step, score) or 8" in capsys.readouterr().err
+    assert files_of(run) == before
+
+
+def test_one_process_per_run_folder(small_run, tmp_path, capsys):
+    run = copy_run(small_run, tmp_path / "run")
+    before = files_of(run)
+    with RunLock(run):
+        assert main.main(["--resume", str(run), "--steps", "300"]) == 1
+        assert f"main.py: error: {run} is in use by process {os.getpid()}" in capsys.readouterr().err
+        with pytest.raises(RunFolderError, match="in use by process"):
+            RunLock(run).__enter__()
+    assert files_of(run) == before
+    # The lock file of a process that died (here: a made-up one) does not block.
+    (run / LOCK_FILE).write_text("999999\n")
+    assert main.main(["--resume", str(run), "--steps", "260"]) == 0
+
+
+def test_a_killed_process_never_blocks_its_folder(tmp_path):
+    run = tmp_path / "run"
+    process = popen_main(*TINY, "--steps", "100000", "--eval-every", "100000", "--out", str(run))
+    deadline = time.time() + 120
+    while not (run / "model_000.pt").exists() and time.time() < deadline:
+        time.sleep(0.2)
+    process.kill()
+    process.communicate()
+    with RunLock(run):
+        pass
+
+
+def saved_memory_run(tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    assert main.main([*TINY, "--steps", "240", "--eval-every", "120", "--save-memory", "--out", str(run)]) == 0
+    return run
+
+
+def test_a_saved_memory_is_used_only_when_it_belongs_to_the_checkpoint(tmp_path, capsys):
+    run = saved_memory_run(tmp_path)
+    memory = run / MEMORY_FILE
+    state = torch.load(memory, weights_only=True)
+    assert state["step"] == 240 and state["config"]["memory_size"] == 1000
+    capsys.readouterr()
+
+    memory.write_bytes(memory.read_bytes()[:5000])  # truncated
+    assert main.main(["--resume", str(run), "--steps", "260", "--save-memory"]) == 0
+    out = capsys.readouterr().out
+    assert f"Note: {memory} is not readable" in out and "refilling the replay memory instead" in out
+
+    stale = torch.load(memory, weights_only=True)
+    stale["step"] = 100
+    torch.save(stale, memory)
+    assert main.main(["--resume", str(run), "--steps", "280", "--save-memory"]) == 0
+    assert f"{memory} was saved at step 100, not at the checkpoint's step 260" in capsys.readouterr().out
+
+    other = torch.load(memory, weights_only=True)
+    other["config"]["gamma"] = 0.5
+    torch.save(other, memory)
+    assert main.main(["--resume", str(run), "--steps", "300", "--save-memory"]) == 0
+    assert f"{memory} belongs to a run with other settings" in capsys.readouterr().out
+
+    empty = torch.load(memory, weights_only=True)
+    empty["memory"] = {k: v[:0] if torch.is_tensor(v) else v for k, v in empty["memory"].items()}
+    empty["memory"]["cursor"] = 0
+    torch.save(empty, memory)
+    assert not load_newest_checkpoint(run)[1]["player"]["first"]  # mid-game: an empty memory cannot go on
+    assert main.main(["--resume", str(run), "--steps", "320", "--save-memory"]) == 0
+    assert f"{memory} is empty, but the checkpoint is in the middle of a game" in capsys.readouterr().out
+    assert torch.load(memory, weights_only=True)["step"] == 320
+
+
+def test_ctrl_c_during_the_refill_writes_no_memory_and_the_run_resumes(tmp_path):
+    """The reproduction of the issue: a resume with --save-memory, interrupted while refilling."""
+    run = tmp_path / "run"
+    common = ["--env", "Pong", "--learning-starts", "3000", "--memory-size", "4000", "--eval-episodes", "1"]
+    assert run_main(*common, "--steps", "3100", "--eval-every", "3100", "--out", str(run)).returncode == 0
+    process = popen_main("--resume", str(run), "--steps", "3200", "--save-memory")
+    seen = ""
+    while "refilling replay memory" not in seen:
+        seen += process.stderr.read(1)
+        assert seen or process.poll() is None
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "Interrupted at step 3100" in stdout and "Traceback" not in stderr
+    assert not (run / MEMORY_FILE).exists() and not (run / "model_interrupted.pt").exists()
+    resumed = run_main("--resume", str(run), "--steps", "3150")
+    assert resumed.returncode == 0, resumed.stderr
+
+
+def test_a_second_ctrl_c_quits_at_once_with_one_line(tmp_path):
+    run = tmp_path / "run"
+    argv = [*TINY, "--eval-episodes", "50", "--steps", "1000", "--out", str(run)]
+    process = popen_main(*argv)
+    while not process.stdout.readline().startswith("Run folder:"):
+        assert process.poll() is None
+    time.sleep(1.5)  # the first evaluation, 50 games, is under way; it finishes before a first Ctrl-C counts
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130
+    assert "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1] == "Quit without saving; no checkpoint was written yet"
+    assert not list(run.glob("model_*")) and not list(run.glob(".*tmp*"))
+
+
+def test_a_full_disk_ends_in_one_line_naming_the_file(tmp_path):
+    run = tmp_path / "run"
+    # Files of at most 1 MB can be written: the lock and the logs, but not a checkpoint.
+    done = run_main(*TINY, "--steps", "200", "--eval-every", "100", "--out", str(run), limit_file_size=10**6)
+    assert done.returncode == 1
+    assert (
+        done.stderr.strip().splitlines()[-1] == f"main.py: error: cannot write {run / 'model_000.pt'}: File too large"
+    )
+    assert not list(run.glob(".*tmp*")) and not list(run.glob("model_*"))
+
+
+def test_write_errors_name_the_real_file_and_survive_a_failed_cleanup(tmp_path, monkeypatch):
+    target = tmp_path / "file.txt"
+
+    def failing(temporary: Path) -> None:
+        temporary.write_bytes(b"partial")
+        raise OSError(28, "No space left on device")
+
+    real_unlink = Path.unlink
+    monkeypatch.setattr(Path, "unlink", lambda self, missing_ok=False: (_ for _ in ()).throw(PermissionError(13, "x")))
+    with pytest.raises(WriteError) as error:
+        write_atomically(target, failing)
+    assert str(error.value) == f"cannot write {target}: No space left on device"
+    monkeypatch.setattr(Path, "unlink", real_unlink)
+
+
+def test_bad_run_folders_and_leftovers(small_run, tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert f"--out {afile} is a file, not a folder" in error_line(capsys, [*TINY, "--out", str(afile)])
+    assert main.main([*TINY, "--steps", "200", "--out", str(afile / "run")]) == 1
+    assert f"main.py: error: cannot create the run folder {afile / 'run'}: Not a directory" in capsys.readouterr().err
+
+    run = copy_run(small_run, tmp_path / "run")
+    (run / ".model_003.tmp.pt").write_bytes(b"half")
+    (run / "eval_003.partial").mkdir()
+    (run / "eval_003.partial" / "000000.png").write_bytes(b"half")
+    assert main.main(["--resume", str(run), "--steps", "250"]) == 0
+    assert not (run / ".model_003.tmp.pt").exists() and not (run / "eval_003.partial").exists()
+
+
+def test_newest_checkpoint_prefers_the_highest_readable_step(small_run, tmp_path):
+    run = copy_run(small_run, tmp_path / "run")
+    path, checkpoint, notes = load_newest_checkpoint(run)
+    assert path.name == "model_002.pt" and notes == []
+    later = load_checkpoint(run / "model_002.pt")
+    later["run"]["step"] = 250
+    save_checkpoint(run / "model_interrupted.pt", {k: v for k, v in later.items() if k != "format"})
+    assert load_newest_checkpoint(run)[0].name == "model_interrupted.pt"
+    for name in ("model_002.pt", "model_001.pt", "model_000.pt", "model_interrupted.pt"):
+        (run / name).write_bytes(b"")
+    with pytest.raises(main.CheckpointError, match=r"model_000\.pt is not a readable checkpoint"):
+        load_newest_checkpoint(run)
+    assert np.isfinite(checkpoint["run"]["step"])

@@ -1,0 +1,282 @@
+"""main.py's command line: the flags, their checks, and their merge with a saved run's
+configuration for ``--resume`` and ``--evaluate``.
+
+Every check runs before anything is created or played, and a bad value ends in one
+argparse-style line (``main.py: error: ...``, exit status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from utils_drl import CheckpointError, load_checkpoint
+from utils_env import FRAME_SIZE, FRAME_SKIP, STACK_DEPTH, game_name, resolve_env_id
+from utils_run import MEMORY_FILE, REWARDS_FILE, load_newest_checkpoint
+
+# Options that may differ when a run is resumed; all others must match the saved run.
+RESUMABLE_OPTIONS = {"steps", "device", "render", "save_memory", "tensorboard", "resume"}
+# Options that --evaluate takes from the user; the others come from the checkpoint.
+PLAYBACK_OPTIONS = {"evaluate", "eval_episodes", "eval_epsilon", "render", "device", "seed", "out"}
+# Up to 30 no-op frames and a FIRE start a game; 100 frames leave at least 16 agent steps to learn from.
+MIN_EPISODE_FRAMES = 100
+UNIT_INTERVAL = ("gamma", "eps_start", "eps_end", "eval_epsilon", "sticky_actions", "beta0")
+POSITIVE_FLOATS = ("lr", "adam_eps", "priority_eps")
+POSITIVE_INTS = ("steps", "memory_size", "batch_size", "train_every", "target_every", "eval_every", "eval_episodes")
+NON_NEGATIVE_INTS = ("seed", "learning_starts", "eps_decay_steps")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="main.py",
+        description="Train Nature DQN on an Atari game.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add = parser.add_argument
+    add("--env", default="Breakout", help="game name (Breakout, pong, space_invaders) or full id (ALE/Breakout-v5)")
+    add("--steps", type=int, default=10_000_000, help="training agent steps (4 frames each)")
+    add("--seed", type=int, default=0)
+    add("--out", default=None, help="run folder (default: runs/<game>-seed<seed>[-per])")
+    add("--device", default="auto", help="auto picks cuda, then mps, then cpu")
+    add(
+        "--resume",
+        default=None,
+        metavar="RUN_FOLDER",
+        help="continue the run in this folder from its newest checkpoint",
+    )
+    add("--save-memory", action="store_true", help=f"also save the replay memory ({MEMORY_FILE}) at each checkpoint")
+    # Preprocessing (Machado et al. 2018 protocol: --sticky-actions 0.25).
+    add("--sticky-actions", type=float, default=0.0, help="probability of repeating the previous action")
+    add("--max-episode-frames", type=int, default=108_000, help="cut episodes after this many frames")
+    # Replay and learning: Mnih et al. 2015 defaults, with Adam (as CleanRL) in place of RMSProp.
+    add("--memory-size", type=int, default=1_000_000)
+    add("--batch-size", type=int, default=32)
+    add("--learning-starts", type=int, default=50_000, help="random-policy steps before learning")
+    add("--train-every", type=int, default=4, help="agent steps per gradient step")
+    add("--target-every", type=int, default=10_000, help="agent steps between target network syncs")
+    add("--lr", type=float, default=1e-4, help="Adam learning rate (CleanRL's; also with --prioritized)")
+    add(
+        "--adam-eps",
+        type=float,
+        default=1e-8,
+        help="Adam epsilon (PyTorch's and CleanRL's; Dopamine's 1.5e-4 learns Breakout several times slower here)",
+    )
+    add("--gamma", type=float, default=0.99)
+    add("--loss", choices=("huber", "mse"), default="huber", help="TD loss: Huber (Nature's error clip) or squared")
+    add("--grad-clip", type=float, default=10.0, help="max gradient norm (Stable-Baselines3's; inf turns clipping off)")
+    add("--eps-start", type=float, default=1.0)
+    add("--eps-end", type=float, default=0.1)
+    add("--eps-decay-steps", type=int, default=1_000_000)
+    add("--double", action="store_true", help="Double DQN targets (van Hasselt et al. 2016)")
+    add("--dueling", action="store_true", help="dueling network head (Wang et al. 2016)")
+    # Prioritized replay (Schaul et al. 2016, proportional variant).
+    add("--prioritized", action="store_true", help="proportional prioritized experience replay")
+    add("--alpha", type=float, default=0.6, help="priority exponent")
+    add("--beta0", type=float, default=0.4, help="initial importance-sampling exponent, annealed to 1")
+    add("--priority-eps", type=float, default=1e-6, help="added to |TD error| so no priority is zero")
+    # Evaluation.
+    add("--eval-every", type=int, default=250_000, help="agent steps between evaluations")
+    add("--eval-episodes", type=int, default=10)
+    add("--eval-epsilon", type=float, default=0.05)
+    add("--render", action="store_true", help="save each evaluation's first episode as eval_NNN/*.png")
+    add("--tensorboard", action="store_true", help="log scalars under RUN/tensorboard (needs the tensorboard package)")
+    add(
+        "--evaluate",
+        default=None,
+        metavar="CHECKPOINT",
+        help="play --eval-episodes games with a saved network instead of training",
+    )
+    return parser
+
+
+def parse_config(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, Any] | None]:
+    """Parse and check the flags; with --resume or --evaluate, merge them into the saved
+    configuration. Returns the options and the checkpoint to start from (None for a new run)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.evaluate is not None:
+        return playback_config(parser, args, argv)
+    checkpoint = None
+    if args.resume is not None:
+        given = explicit_options(parser, argv)
+        if "out" in given and Path(given["out"]).resolve() != Path(args.resume).resolve():
+            parser.error(f"--out {given['out']} is not --resume {args.resume}: a resumed run stays in its folder")
+        try:
+            _, checkpoint, notes = load_newest_checkpoint(Path(args.resume))
+        except CheckpointError as error:
+            parser.exit(2, f"{parser.prog}: error: cannot resume: {error}\n")
+        for note in notes:
+            print(f"Note: {note}", flush=True)
+        args = merge_saved(parser, checkpoint["config"], given, RESUMABLE_OPTIONS, "cannot change on resume")
+        args.out = args.resume
+        if args.steps <= checkpoint["run"]["step"]:
+            parser.error(f"--steps {args.steps} must exceed the checkpoint's step {checkpoint['run']['step']}")
+    check_values(parser, args)
+    check_training(parser, args, resuming=checkpoint is not None)
+    return args, checkpoint
+
+
+def playback_config(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str] | None
+) -> tuple[argparse.Namespace, dict[str, Any]]:
+    """--evaluate: the checkpoint's configuration, with the playback options the user gave."""
+    if args.resume is not None:
+        parser.error("--evaluate plays a checkpoint; it does not go with --resume")
+    try:
+        checkpoint = load_checkpoint(Path(args.evaluate))
+    except CheckpointError as error:
+        parser.exit(2, f"{parser.prog}: error: cannot evaluate: {error}\n")
+    given = explicit_options(parser, argv)
+    args = merge_saved(parser, checkpoint["config"], given, PLAYBACK_OPTIONS, "does not apply to --evaluate")
+    args.out = given.get("out")
+    check_values(parser, args)
+    return args, checkpoint
+
+
+def merge_saved(
+    parser: argparse.ArgumentParser, saved: dict[str, Any], given: dict[str, Any], overridable: set[str], refusal: str
+) -> argparse.Namespace:
+    """A saved configuration over the defaults (for options newer than the saved run), under the
+    ``overridable`` options the user typed. Any other typed option must equal its saved value:
+    one that differs is refused with ``refusal`` rather than silently ignored."""
+    if "env" in given:  # compare game ids, not spellings
+        with contextlib.suppress(ValueError):
+            given["env"] = resolve_env_id(given["env"])
+    for name, value in given.items():
+        if name not in overridable and name != "out" and saved.get(name) != value:
+            parser.error(f"--{name.replace('_', '-')} {refusal} (the run used {saved.get(name)!r})")
+    defaults = vars(parser.parse_args([]))
+    return argparse.Namespace(**{**defaults, **saved, **{k: v for k, v in given.items() if k in overridable}})
+
+
+def check_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Every option's value on its own and against the others, and the device against this torch."""
+
+    def flag(name: str) -> str:
+        return "--" + name.replace("_", "-")
+
+    try:
+        args.env = resolve_env_id(args.env)
+    except ValueError as error:
+        parser.error(f"--env: {error}")
+    for name in POSITIVE_INTS:
+        if getattr(args, name) <= 0:
+            parser.error(f"{flag(name)} must be positive, got {getattr(args, name)}")
+    for name in NON_NEGATIVE_INTS:
+        if getattr(args, name) < 0:
+            parser.error(f"{flag(name)} must be 0 or more, got {getattr(args, name)}")
+    for name in UNIT_INTERVAL:
+        if not 0.0 <= getattr(args, name) <= 1.0:  # also refuses nan
+            parser.error(f"{flag(name)} must be within [0, 1], got {getattr(args, name)}")
+    for name in POSITIVE_FLOATS:
+        if not 0.0 < getattr(args, name) < math.inf:
+            parser.error(f"{flag(name)} must be positive and finite, got {getattr(args, name)}")
+    if not 0.0 <= args.alpha < math.inf:
+        parser.error(f"--alpha must be 0 or more and finite, got {args.alpha}")
+    if not args.grad_clip > 0.0:
+        parser.error(f"--grad-clip must be positive (inf turns clipping off), got {args.grad_clip}")
+    frames = args.max_episode_frames
+    if frames < MIN_EPISODE_FRAMES or frames % FRAME_SKIP:
+        parser.error(
+            f"--max-episode-frames must be a multiple of {FRAME_SKIP} (the frame skip) and at least "
+            f"{MIN_EPISODE_FRAMES}, so that a game has steps to learn from; got {frames}"
+        )
+    if args.memory_size <= STACK_DEPTH + 1:
+        parser.error(f"--memory-size must exceed {STACK_DEPTH + 1}, got {args.memory_size}")
+    if args.batch_size > args.memory_size:
+        parser.error(f"--batch-size {args.batch_size} exceeds --memory-size {args.memory_size}")
+    if args.learning_starts < args.batch_size:
+        parser.error(f"--learning-starts {args.learning_starts} must be at least --batch-size {args.batch_size}")
+    if args.learning_starts > args.memory_size:
+        parser.error(f"--learning-starts {args.learning_starts} exceeds --memory-size {args.memory_size}")
+    problem = device_problem(args.device)
+    if problem:
+        parser.error(f"--device {args.device}: {problem}")
+    if getattr(args, "tensorboard", False) and importlib.util.find_spec("tensorboard") is None:
+        parser.error("--tensorboard needs the tensorboard package: pip install tensorboard")
+
+
+def check_training(parser: argparse.ArgumentParser, args: argparse.Namespace, resuming: bool) -> None:
+    """What training needs beyond valid values: room for the memory, learning that starts before
+    the run ends, and a run folder that holds no other run."""
+    needed, available = args.memory_size * (FRAME_SIZE * FRAME_SIZE + 7), physical_memory()
+    if needed > available:
+        parser.error(
+            f"--memory-size {args.memory_size:,} needs {needed / 2**30:.1f} GiB of RAM, "
+            f"this machine has {available / 2**30:.1f} GiB; choose a smaller one"
+        )
+    if args.learning_starts >= args.steps and not resuming:
+        parser.error(f"--learning-starts {args.learning_starts} must be below --steps {args.steps}")
+    if args.out is None:
+        args.out = f"runs/{game_name(args.env)}-seed{args.seed}{'-per' if args.prioritized else ''}"
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        parser.error(f"--out {out} is a file, not a folder")
+    if not resuming and ((out / REWARDS_FILE).exists() or any(out.glob("model_*.pt"))):
+        parser.error(f"{out} already holds a run: continue it with --resume {out}, or choose another --out")
+
+
+def explicit_options(parser: argparse.ArgumentParser, argv: list[str] | None) -> dict[str, Any]:
+    """The options the user actually typed, with their parsed values."""
+    quiet = argparse.ArgumentParser(add_help=False)
+    for action in parser._actions:
+        if action.option_strings and action.dest != "help":
+            kwargs = {"dest": action.dest, "default": argparse.SUPPRESS}
+            if action.nargs == 0:
+                kwargs["action"] = "store_true"
+            else:
+                kwargs["type"] = action.type
+            quiet.add_argument(*action.option_strings, **kwargs)
+    return vars(quiet.parse_known_args(argv)[0])
+
+
+def physical_memory() -> int:
+    """Bytes of RAM on this machine."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def device_problem(name: str) -> str | None:
+    """Why ``--device name`` cannot run with this torch build on this machine, or None."""
+    if name == "auto":
+        return None
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        return "not a device; use auto, cpu, cuda, cuda:N or mps"
+    build = f"torch {torch.__version__}"
+    if device.type == "cpu":
+        return None
+    if device.type == "cuda":
+        if not torch.backends.cuda.is_built():
+            return f"this torch build has no CUDA support ({build}); use --device cpu or install a CUDA build"
+        count = torch.cuda.device_count()
+        if count == 0:
+            return "no CUDA device is visible on this machine; use --device cpu"
+        if device.index is not None and device.index >= count:
+            return f"this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}"
+        return None
+    if device.type == "mps":
+        if not torch.backends.mps.is_built():
+            return f"this torch build has no MPS support ({build}); use --device cpu"
+        if not torch.backends.mps.is_available():
+            return "MPS is not available on this machine; use --device cpu"
+        return None
+    return "only cpu, cuda, cuda:N and mps are supported"
+
+
+def pick_device(name: str) -> torch.device:
+    """``auto``: CUDA, then MPS, then the CPU; any other name as given (checked by ``check_values``)."""
+    if name != "auto":
+        return torch.device(name)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
