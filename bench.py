@@ -18,8 +18,10 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +35,7 @@ import torch
 
 import main
 import plot
-from utils_config import parse_config, pick_device
+from utils_config import available_cpus, parse_config, pick_device, threads_option, use_threads
 from utils_drl import Agent, CheckpointError
 from utils_env import AtariEnv, resolve_env_id
 from utils_memory import PrioritizedReplayMemory, ReplayMemory, SumTree
@@ -93,13 +95,15 @@ def bench_env(env_id: str, steps: int) -> float:
     return 1e3 * statistics.median(times)
 
 
-def bench_loop(env_id: str, prioritized: bool, learning_starts: int, steps: int, train_every: int) -> float:
+def bench_loop(
+    env_id: str, prioritized: bool, learning_starts: int, steps: int, train_every: int, threads: str | int = "auto"
+) -> float:
     """The real training loop's steps/s once learning started (main.train, evaluations excluded)."""
     with tempfile.TemporaryDirectory() as folder:
         argv = [
             "--env", env_id, "--steps", str(learning_starts + steps), "--learning-starts", str(learning_starts),
             "--train-every", str(train_every), "--eval-every", str(10**9), "--eval-episodes", "1",
-            "--max-episode-frames", "20000", "--out", str(Path(folder) / "run"),
+            "--max-episode-frames", "20000", "--out", str(Path(folder) / "run"), "--threads", str(threads),
             "--eps-start", "0", "--eps-end", "0",  # a forward pass every step, as the limit assumes
         ]  # fmt: skip
         if prioritized:
@@ -150,7 +154,41 @@ def bench_memories(fill: int, repeats: int) -> dict[str, float]:
     }
 
 
-def run(env: str, quick: bool, train_every: int) -> dict[str, Any]:
+def loop_process(env_id: str, steps: tuple[int, int], train_every: int, threads: int) -> subprocess.Popen:
+    """``bench_loop`` in a process of its own, as a separate training run would be; it prints its steps/s."""
+    learning_starts, loop_steps = steps
+    argv = ["--loop", "--env", env_id, "--train-every", str(train_every), "--threads", str(threads)]
+    argv += ["--loop-steps", str(learning_starts), str(loop_steps)]
+    return subprocess.Popen([sys.executable, __file__, *argv], stdout=subprocess.PIPE, text=True)
+
+
+def loop_result(process: subprocess.Popen) -> float:
+    stdout, _ = process.communicate()
+    if process.returncode != 0:
+        raise RuntimeError(f"a benchmark loop process failed with exit status {process.returncode}")
+    return float(stdout.strip().splitlines()[-1])
+
+
+def bench_shared(env_id: str, quick: bool, train_every: int) -> dict[str, float]:
+    """The uniform loop's steps/s alone, beside a single-threaded busy loop, and the total of two
+    loops at once with half the threads each; every loop runs in a fresh process."""
+    steps = (200, 300) if quick else (1000, 3000)
+    cpus = available_cpus()
+    figures = {"sps_alone": loop_result(loop_process(env_id, steps, train_every, cpus))}
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        figures["sps_beside_busy_core"] = loop_result(loop_process(env_id, steps, train_every, cpus))
+    finally:
+        busy.kill()
+        busy.wait()
+    pair = [loop_process(env_id, steps, train_every, max(1, cpus // 2)) for _ in range(2)]
+    figures["sps_two_runs_total"] = sum(loop_result(process) for process in pair)
+    figures["busy_core_over_alone"] = figures["sps_beside_busy_core"] / figures["sps_alone"]
+    figures["two_runs_over_alone"] = figures["sps_two_runs_total"] / figures["sps_alone"]
+    return figures
+
+
+def run(env: str, quick: bool, train_every: int, threads: str | int = "auto") -> dict[str, Any]:
     env_id = resolve_env_id(env)
     device = pick_device("auto")
     learning_starts, loop_steps = (200, 300) if quick else (1000, 3000)
@@ -162,7 +200,8 @@ def run(env: str, quick: bool, train_every: int) -> dict[str, Any]:
     rounds: dict[str, list[float]] = {"uniform": [], "prioritized": []}
     for _ in range(1 if quick else 2):
         for name in rounds:
-            rounds[name].append(bench_loop(env_id, name == "prioritized", learning_starts, loop_steps, train_every))
+            loop = bench_loop(env_id, name == "prioritized", learning_starts, loop_steps, train_every, threads)
+            rounds[name].append(loop)
     figures["sps_uniform"] = statistics.mean(rounds["uniform"])
     figures["sps_prioritized"] = statistics.mean(rounds["prioritized"])
     figures["sps_rounds"] = rounds
@@ -170,6 +209,7 @@ def run(env: str, quick: bool, train_every: int) -> dict[str, Any]:
     figures["efficiency_prioritized"] = figures["sps_prioritized"] / figures["bound_sps"]
     figures["prioritized_over_uniform"] = figures["sps_prioritized"] / figures["sps_uniform"]
     figures.update(bench_memories(fill=2_000 if quick else 20_000, repeats=20 if quick else 100))
+    figures.update(bench_shared(env_id, quick, train_every))
     figures["settings"] = {
         "game": env_id,
         "loop_steps": loop_steps,
@@ -179,6 +219,8 @@ def run(env: str, quick: bool, train_every: int) -> dict[str, Any]:
         "memory_capacity": CAPACITY,
         "device": str(device),
         "torch_threads": torch.get_num_threads(),
+        "available_cpus": available_cpus(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(not set)"),
         "quick": quick,
         "torch": torch.__version__,
         "ale_py": ale_py.__version__,
@@ -189,6 +231,13 @@ def run(env: str, quick: bool, train_every: int) -> dict[str, Any]:
     return figures
 
 
+SHARED_ROWS = [
+    ("sps_alone", "uniform loop alone, own process (steps/s)", ".1f"),
+    ("sps_beside_busy_core", "the same beside a busy single-threaded process", ".1f"),
+    ("sps_two_runs_total", "two loops at once, half the threads each: total", ".1f"),
+    ("busy_core_over_alone", "beside a busy core / alone (target 0.5)", ".3f"),
+    ("two_runs_over_alone", "two runs' total / alone (target 0.9)", ".3f"),
+]
 ROWS = [
     ("train_step_ms", "one learning step, batch 32 (ms)", ".2f"),
     ("act_ms", "one greedy action, batch 1 (ms)", ".3f"),
@@ -207,12 +256,15 @@ ROWS = [
     ("memory_sample_prioritized_us", "sample batch 32, prioritized (µs)", ".1f"),
     ("priority_update_us", "update 32 priorities, memory (µs)", ".1f"),
     ("priority_cycle_us", "priority cycle: 4 adds + sample + update (µs)", ".1f"),
+    *SHARED_ROWS,
 ]
 
 
-def table(figures: dict[str, Any]) -> str:
-    width = max(len(label) for _, label, _ in ROWS)
-    lines = [f"{label:<{width}}  {figures[key]:>10{fmt}}" for key, label, fmt in ROWS]
+def table(figures: dict[str, Any], rows: list[tuple[str, str, str]] = ROWS) -> str:
+    width = max(len(label) for _, label, _ in rows)
+    lines = [f"{label:<{width}}  {figures[key]:>10{fmt}}" for key, label, fmt in rows]
+    if "settings" not in figures:
+        return "\n".join(lines)
     settings = figures["settings"]
     lines.append(
         f"({settings['game']}, loops: mean of {len(figures['sps_rounds']['uniform'])} runs of "
@@ -356,6 +408,15 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     parser.add_argument("--quick", action="store_true", help="fewer steps and repeats: under a minute")
     parser.add_argument("--env", default="Breakout", help="the game of the speed benchmark")
     parser.add_argument("--train-every", type=int, default=4, help="the speed benchmark's agent steps per update")
+    parser.add_argument(
+        "--threads", type=threads_option, default="auto", help="CPU threads of the speed benchmark, as main.py's"
+    )
+    parser.add_argument(
+        "--shared", action="store_true", help="only the loop alone, beside a busy core and two at once (a few minutes)"
+    )
+    # One loop in a process of its own, printing its steps/s: what --shared starts.
+    parser.add_argument("--loop", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--loop-steps", type=int, nargs=2, default=(1000, 3000), help=argparse.SUPPRESS)
     learning = parser.add_argument_group(
         "learning benchmark", "Breakout with CleanRL's settings (see LEARNING_FLAGS); main.py flags may follow --"
     )
@@ -383,5 +444,14 @@ if __name__ == "__main__":
     arguments, main_args = parse_args()
     if arguments.learning:
         sys.exit(learning_main(arguments, main_args))
-    results = run(arguments.env, arguments.quick, arguments.train_every)
+    env_id = resolve_env_id(arguments.env)
+    if arguments.loop:
+        print(bench_loop(env_id, False, *arguments.loop_steps, arguments.train_every, arguments.threads))
+        sys.exit(0)
+    use_threads(arguments.threads)
+    if arguments.shared:
+        results = bench_shared(env_id, arguments.quick, arguments.train_every)
+        print(json.dumps(results, indent=2) if arguments.json else table(results, SHARED_ROWS))
+        sys.exit(0)
+    results = run(arguments.env, arguments.quick, arguments.train_every, arguments.threads)
     print(json.dumps(results, indent=2) if arguments.json else table(results))

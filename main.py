@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from utils_config import RESUMABLE_OPTIONS, parse_config, pick_device
+from utils_config import RESUMABLE_OPTIONS, parse_config, pick_device, use_threads
 from utils_drl import Agent, CheckpointError, linear_schedule, load_checkpoint, save_checkpoint
 from utils_env import AtariEnv, FrameStack, evaluate
 from utils_memory import PrioritizedReplayMemory, ReplayMemory
@@ -163,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def play_checkpoint(args: argparse.Namespace, checkpoint: dict[str, Any]) -> int:
     """Play --eval-episodes games with the checkpoint's network, printing each game's score."""
+    use_threads(args.threads)
     env = AtariEnv(args.env, args.seed, args.sticky_actions, args.max_episode_frames)
     agent = Agent(env.n_actions, pick_device(args.device), dueling=args.dueling, seed=args.seed)
     agent.online.load_state_dict(checkpoint["agent"]["online"])
@@ -234,7 +235,8 @@ def run_training(args: argparse.Namespace, checkpoint: dict[str, Any] | None, st
     out = Path(args.out)
     remove_leftovers(out)
     device = pick_device(args.device)
-    print(f"Run folder: {out}  ({args.env}, device {device})", flush=True)
+    use_threads(args.threads)
+    print(f"Run folder: {out}  ({args.env}, device {device}, {torch.get_num_threads()} CPU threads)", flush=True)
 
     env = AtariEnv(args.env, args.seed, args.sticky_actions, args.max_episode_frames)
     agent = Agent(

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numba
 import torch
 
 from utils_drl import CheckpointError, load_checkpoint
@@ -22,9 +23,9 @@ from utils_env import FRAME_SIZE, FRAME_SKIP, STACK_DEPTH, game_name, resolve_en
 from utils_run import MEMORY_FILE, REWARDS_FILE, load_newest_checkpoint
 
 # Options that may differ when a run is resumed; all others must match the saved run.
-RESUMABLE_OPTIONS = {"steps", "device", "render", "save_memory", "tensorboard", "resume"}
+RESUMABLE_OPTIONS = {"steps", "device", "threads", "render", "save_memory", "tensorboard", "resume"}
 # Options that --evaluate takes from the user; the others come from the checkpoint.
-PLAYBACK_OPTIONS = {"evaluate", "eval_episodes", "eval_epsilon", "render", "device", "seed", "out"}
+PLAYBACK_OPTIONS = {"evaluate", "eval_episodes", "eval_epsilon", "render", "device", "threads", "seed", "out"}
 # Up to 30 no-op frames and a FIRE start a game; 100 frames leave at least 16 agent steps to learn from.
 MIN_EPISODE_FRAMES = 100
 UNIT_INTERVAL = ("gamma", "eps_start", "eps_end", "eval_epsilon", "sticky_actions", "beta0")
@@ -45,6 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--seed", type=int, default=0)
     add("--out", default=None, help="run folder (default: runs/<game>-seed<seed>[-per])")
     add("--device", default="auto", help="auto picks cuda, then mps, then cpu")
+    add(
+        "--threads",
+        type=threads_option,
+        default="auto",
+        help="CPU threads for torch (and numba); auto: the CPUs this process may run on (affinity, cgroup quota)",
+    )
     add(
         "--resume",
         default=None,
@@ -235,6 +242,49 @@ def explicit_options(parser: argparse.ArgumentParser, argv: list[str] | None) ->
                 kwargs["type"] = action.type
             quiet.add_argument(*action.option_strings, **kwargs)
     return vars(quiet.parse_known_args(argv)[0])
+
+
+def threads_option(text: str) -> str | int:
+    """--threads: ``auto`` or a count of 1 or more."""
+    if text == "auto":
+        return text
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"must be auto or a whole number of 1 or more, got {text!r}")
+    return count
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask, capped by a cgroup CPU quota where one is set."""
+    cpus = len(os.sched_getaffinity(0))
+    quota = cgroup_cpu_quota()
+    return max(1, min(cpus, math.ceil(quota))) if quota else cpus
+
+
+def cgroup_cpu_quota() -> float | None:
+    """CPUs' worth of time the container may use (cgroup v2 ``cpu.max``, or v1's CFS quota), or None."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    with contextlib.suppress(OSError, ValueError):
+        quota_us = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
+        period_us = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
+        return quota_us / period_us if quota_us > 0 else None
+    return None
+
+
+def use_threads(option: str | int) -> int:
+    """Run torch's intra-op and inter-op pools and numba with ``option`` threads (``auto``: the
+    available CPUs); return the count."""
+    count = available_cpus() if option == "auto" else int(option)
+    torch.set_num_threads(count)
+    with contextlib.suppress(RuntimeError):  # torch fixes the inter-op pool once it has been used
+        torch.set_num_interop_threads(count)
+    numba.set_num_threads(min(count, numba.config.NUMBA_NUM_THREADS))
+    return count
 
 
 def physical_memory() -> int:

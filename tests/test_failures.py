@@ -415,3 +415,21 @@ def test_newest_checkpoint_prefers_the_highest_readable_step(small_run, tmp_path
     with pytest.raises(main.CheckpointError, match=r"model_000\.pt is not a readable checkpoint"):
         load_newest_checkpoint(run)
     assert np.isfinite(checkpoint["run"]["step"])
+
+
+@pytest.fixture
+def immutable_folder(tmp_path):
+    """An empty folder nobody, root included, may write into (skipped where chattr +i is not allowed)."""
+    folder = tmp_path / "immutable"
+    folder.mkdir()
+    if subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not available here")
+    yield folder
+    subprocess.run(["chattr", "-i", str(folder)], check=True)
+
+
+def test_an_unwritable_folder_is_reported_before_anything_is_played(immutable_folder, capsys):
+    assert main.main([*TINY, "--steps", "200", "--out", str(immutable_folder)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"main.py: error: cannot write {immutable_folder / LOCK_FILE}: Operation not permitted"]
+    assert not list(immutable_folder.iterdir())
