@@ -62,9 +62,9 @@ def random_batch(rng: np.random.Generator, n_actions: int, device: torch.device)
     return Batch(
         states=frames[:, :-1],
         actions=torch.from_numpy(rng.integers(0, n_actions, BATCH)).to(device),
-        rewards=torch.from_numpy(rng.integers(-1, 2, BATCH).astype(np.float32)).to(device),
+        returns=torch.from_numpy(rng.integers(-1, 2, BATCH).astype(np.float32)).to(device),
         next_states=frames[:, 1:],
-        dones=torch.zeros(BATCH, device=device),
+        discounts=torch.full((BATCH,), 0.99, device=device),
         weights=torch.ones(BATCH, device=device),
         indices=np.arange(BATCH),
     )
@@ -124,6 +124,7 @@ def bench_memories(fill: int, repeats: int) -> dict[str, float]:
     rng = np.random.default_rng(0)
     frame = rng.integers(0, 256, (84, 84), dtype=np.uint8)
     uniform = filled_memory(ReplayMemory(CAPACITY), fill)
+    three_step = filled_memory(ReplayMemory(CAPACITY, n_step=3), fill)
     prioritized = filled_memory(PrioritizedReplayMemory(CAPACITY), fill)
     sampled = prioritized.sample(BATCH).indices
     td_errors = rng.random(BATCH).astype(np.float32)
@@ -145,6 +146,7 @@ def bench_memories(fill: int, repeats: int) -> dict[str, float]:
         "memory_push_prioritized_us": 1e6
         * median_seconds(lambda: prioritized.push(frame, 1, 0.0, False, False), repeats * 10),
         "memory_sample_us": 1e6 * median_seconds(lambda: uniform.sample(BATCH), repeats * 10),
+        "memory_sample_3step_us": 1e6 * median_seconds(lambda: three_step.sample(BATCH), repeats * 10),
         "memory_sample_prioritized_us": 1e6 * median_seconds(lambda: prioritized.sample(BATCH, 0.5), repeats * 10),
         "priority_update_us": 1e6
         * median_seconds(lambda: prioritized.update_priorities(sampled, td_errors), repeats * 10),
@@ -254,6 +256,7 @@ ROWS = [
     ("memory_push_prioritized_us", "push one step, prioritized (µs)", ".1f"),
     ("memory_sample_us", "sample batch 32, uniform (µs)", ".1f"),
     ("memory_sample_prioritized_us", "sample batch 32, prioritized (µs)", ".1f"),
+    ("memory_sample_3step_us", "sample batch 32, uniform, --n-step 3 (µs)", ".1f"),
     ("priority_update_us", "update 32 priorities, memory (µs)", ".1f"),
     ("priority_cycle_us", "priority cycle: 4 adds + sample + update (µs)", ".1f"),
     *SHARED_ROWS,

@@ -244,7 +244,6 @@ def run_training(args: argparse.Namespace, checkpoint: dict[str, Any] | None, st
         device,
         lr=args.lr,
         adam_eps=args.adam_eps,
-        gamma=args.gamma,
         loss=args.loss,
         grad_clip=args.grad_clip,
         double=args.double,
@@ -255,7 +254,9 @@ def run_training(args: argparse.Namespace, checkpoint: dict[str, Any] | None, st
     check_free_space(out, 4 * sum(p.numel() * p.element_size() for p in agent.online.parameters()))
     memory_type = PrioritizedReplayMemory if args.prioritized else ReplayMemory
     options = {"alpha": args.alpha, "priority_eps": args.priority_eps} if args.prioritized else {}
-    memory = memory_type(args.memory_size, device=device, seed=args.seed, **options)
+    memory = memory_type(
+        args.memory_size, device=device, seed=args.seed, n_step=args.n_step, gamma=args.gamma, **options
+    )
     player = Player(env, memory)
     progress = Progress()
     rewards_path = out / REWARDS_FILE

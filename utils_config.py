@@ -30,7 +30,9 @@ PLAYBACK_OPTIONS = {"evaluate", "eval_episodes", "eval_epsilon", "render", "devi
 MIN_EPISODE_FRAMES = 100
 UNIT_INTERVAL = ("gamma", "eps_start", "eps_end", "eval_epsilon", "sticky_actions", "beta0")
 POSITIVE_FLOATS = ("lr", "adam_eps", "priority_eps")
-POSITIVE_INTS = ("steps", "memory_size", "batch_size", "train_every", "target_every", "eval_every", "eval_episodes")
+POSITIVE_INTS = (
+    "steps", "memory_size", "batch_size", "train_every", "target_every", "eval_every", "eval_episodes", "n_step"
+)  # fmt: skip
 NON_NEGATIVE_INTS = ("seed", "learning_starts", "eps_decay_steps")
 
 
@@ -76,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="Adam epsilon (PyTorch's and CleanRL's; Dopamine's 1.5e-4 learns Breakout several times slower here)",
     )
     add("--gamma", type=float, default=0.99)
+    add("--n-step", type=int, default=1, help="steps of reward in each target (multi-step returns; 1 is Nature DQN)")
     add("--loss", choices=("huber", "mse"), default="huber", help="TD loss: Huber (Nature's error clip) or squared")
     add("--grad-clip", type=float, default=10.0, help="max gradient norm (Stable-Baselines3's; inf turns clipping off)")
     add("--eps-start", type=float, default=1.0)
@@ -195,8 +198,10 @@ def check_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
             f"--max-episode-frames must be a multiple of {FRAME_SKIP} (the frame skip) and at least "
             f"{MIN_EPISODE_FRAMES}, so that a game has steps to learn from; got {frames}"
         )
-    if args.memory_size <= STACK_DEPTH + 1:
-        parser.error(f"--memory-size must exceed {STACK_DEPTH + 1}, got {args.memory_size}")
+    if args.memory_size <= STACK_DEPTH + args.n_step:
+        parser.error(
+            f"--memory-size must exceed {STACK_DEPTH + args.n_step} (4 frames and --n-step), got {args.memory_size}"
+        )
     if args.batch_size > args.memory_size:
         parser.error(f"--batch-size {args.batch_size} exceeds --memory-size {args.memory_size}")
     if args.learning_starts < args.batch_size:

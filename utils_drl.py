@@ -40,7 +40,6 @@ class Agent:
         *,
         lr: float = 1e-4,
         adam_eps: float = 1e-8,
-        gamma: float = 0.99,
         loss: str = "huber",
         grad_clip: float = 10.0,
         double: bool = False,
@@ -51,7 +50,6 @@ class Agent:
     ) -> None:
         self.n_actions = n_actions
         self.device = torch.device(device)
-        self.gamma = gamma
         self.grad_clip = grad_clip
         self.loss_function = {"huber": F.smooth_l1_loss, "mse": F.mse_loss}[loss]
         self.double = double
@@ -77,7 +75,8 @@ class Agent:
         return int(q_values.argmax(dim=1).item())
 
     def td_targets(self, batch: Batch) -> torch.Tensor:
-        """r + gamma * max_a' Q_target(s', a'), or the Double DQN target; no bootstrap at terminals."""
+        """The n-step return plus the discounted max_a' Q_target(s', a') (or the Double DQN value);
+        the discount is gamma ** n, or 0 when the window ended with a terminal step."""
         with torch.no_grad():
             next_q_target = self.target(batch.next_states)
             if self.double:
@@ -85,7 +84,7 @@ class Agent:
                 next_q = next_q_target.gather(1, best).squeeze(1)
             else:
                 next_q = next_q_target.max(dim=1).values
-            return batch.rewards + self.gamma * (1.0 - batch.dones) * next_q
+            return batch.returns + batch.discounts * next_q
 
     def learn(self, batch: Batch) -> LearnResult:
         """One gradient step on the importance-weighted TD loss."""

@@ -3,20 +3,30 @@
 Slot ``t`` holds the frame the agent saw at step t (the newest frame of its state), the
 action it took, the clipped reward it got, whether that step was terminal for learning
 (game over or a lost life) and whether the frame is the first of a game. The state at
-``t`` is frames t-3..t and the next state frames t-2..t+1, so one transition costs one
-frame (7,056 bytes) plus 7 bytes, instead of the 4 or 8 frames of a naive memory.
+``t`` is frames t-3..t, so one transition costs one frame (7,056 bytes) plus 7 bytes,
+instead of the 4 or 8 frames of a naive memory.
+
+With ``n_step`` = n, the transition of slot ``t`` is its n-step window (Sutton and Barto
+2018, ch. 7): the return ``r_t + g r_t+1 + ... + g^(m-1) r_t+m-1`` over the next m = n steps,
+or fewer when a step of the window is terminal (a lost life counts) and the sum stops
+there; the discount ``g^m`` of the bootstrap, 0 after a terminal step; and the next state,
+frames t+n-3..t+n. Nothing beyond the one frame per step is stored: windows are read from
+consecutive slots at sample time. n = 1 is Nature DQN's transition.
 
 A stack never mixes two games: walking back from ``t``, it stops at the first frame of
 the game and repeats it, exactly as ``utils_env.FrameStack`` starts a game. A slot is
 *sampleable* only when its whole transition is in memory and intact:
 
-- it is not the newest slot (its next frame is not written yet);
+- it is not the newest slot (its next frame is not written yet), and every step of its
+  window that is not terminal has its next frame written;
 - when the memory is full, it is not one of the 3 oldest slots, whose stacks would reach
   back into slots the write pointer has overwritten with new frames;
-- it is not the last step of a game cut by the frame limit: that step is not terminal, so
-  its target needs the next frame, which the game never produced.
+- no step of its window before a terminal one is the last step of a game cut by the frame
+  limit: that step is not terminal, so the window needs the next frame, which the game
+  never produced.
 
-Terminal steps are sampleable: their next state is never used (it is masked by ``dones``).
+Windows that end with a terminal step are sampleable: their next state is never used (its
+discount is 0).
 """
 
 from __future__ import annotations
@@ -43,11 +53,17 @@ class ReplayMemory:
         frame_shape: tuple[int, int] = (84, 84),
         device: str | torch.device = "cpu",
         seed: int = 0,
+        n_step: int = 1,
+        gamma: float = 0.99,
     ) -> None:
-        if capacity <= stack_depth:
-            raise ValueError(f"memory capacity {capacity} must exceed the stack depth {stack_depth}")
+        if capacity <= stack_depth + n_step:
+            raise ValueError(f"memory capacity {capacity} must exceed the stack depth {stack_depth} plus n_step")
+        if n_step < 1:
+            raise ValueError(f"n_step must be 1 or more, got {n_step}")
         self.capacity = capacity
         self.stack_depth = stack_depth
+        self.n_step = n_step
+        self.gamma = np.float32(gamma)
         self.device = torch.device(device)
         self.frames = np.zeros((capacity, *frame_shape), dtype=np.uint8)
         self.actions = np.zeros(capacity, dtype=np.uint8)
@@ -82,12 +98,28 @@ class ReplayMemory:
 
     def sampleable(self, slots: np.ndarray) -> np.ndarray:
         """Boolean mask: which ``slots`` hold a complete, intact transition (see module doc)."""
+        return self._windows(slots)[0]
+
+    def _windows(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For each slot: whether its n-step window is sampleable, its discounted return, and the
+        discount of its bootstrap (0 when the window ends with a terminal step), as float32."""
         first, last = self._sampleable_range()
         position = (slots - self._oldest()) % self.capacity
-        intact = (position >= first) & (position <= last)
-        following = (slots + 1) % self.capacity
-        truncated = self.starts[following] & ~self.dones[slots]
-        return intact & ~truncated
+        sampleable = (position >= first) & (position <= last)
+        returns = np.zeros(len(slots), dtype=np.float32)
+        discounts = np.ones(len(slots), dtype=np.float32)
+        going = np.ones(len(slots), dtype=bool)  # no terminal step yet
+        for k in range(self.n_step):
+            step = (slots + k) % self.capacity
+            returns += np.where(going, discounts * self.rewards[step], np.float32(0.0))
+            going &= ~self.dones[step]
+            discounts = np.where(going, discounts * self.gamma, np.float32(0.0))
+            # A step that goes on needs its next frame, written and of the same game.
+            following_written = position + k + 1 <= self.size - 1
+            sampleable &= ~going | (following_written & ~self.starts[(step + 1) % self.capacity])
+            if not going.any():
+                break
+        return sampleable, returns, discounts
 
     def sample(self, batch_size: int, beta: float = 1.0) -> Batch:
         """A uniform batch. ``beta`` is ignored: with equal priorities every weight is 1."""
@@ -98,8 +130,11 @@ class ReplayMemory:
         """Uniform replay has no priorities; present so both memories share one interface."""
 
     def stack_slots(self, slots: np.ndarray) -> np.ndarray:
-        """(B, depth + 1) frame slots, oldest first: the state is [:, :-1], the next state [:, 1:]."""
-        columns = [(slots + 1) % self.capacity, slots]
+        """(B, depth + n) frame slots, oldest first: the state is [:, :depth], the next state
+        [:, n:]. Past ``t`` the window runs on through t+1..t+n, the frames of the next state of a
+        sampleable window that goes on (no game starts there); after a terminal step they are
+        whatever the slots hold, never used."""
+        columns = [(slots + k) % self.capacity for k in range(self.n_step, 0, -1)] + [slots]
         current = slots
         for _ in range(self.stack_depth - 1):
             current = np.where(self.starts[current], current, (current - 1) % self.capacity)
@@ -153,10 +188,11 @@ class ReplayMemory:
         raise RuntimeError("could not draw sampleable transitions; are all games cut by the frame limit?")
 
     def _batch(self, slots: np.ndarray, weights: np.ndarray) -> Batch:
-        """Gather the batch into one host buffer (frames, then actions, rewards, dones and
+        """Gather the batch into one host buffer (frames, then actions, returns, discounts and
         weights as float32) and move it to the device in a single transfer."""
         n = len(slots)
-        frames_shape = (n, self.stack_depth + 1, *self.frames.shape[1:])
+        _, returns, discounts = self._windows(slots)
+        frames_shape = (n, self.stack_depth + self.n_step, *self.frames.shape[1:])
         frame_bytes = math.prod(frames_shape)
         scalars_at = -(-frame_bytes // 4) * 4  # float32 alignment
         buffer = np.empty(scalars_at + 4 * 4 * n, dtype=np.uint8)
@@ -165,16 +201,18 @@ class ReplayMemory:
             self.frames, self.stack_slots(slots), axis=0, out=buffer[:frame_bytes].reshape(frames_shape), mode="clip"
         )
         scalars = buffer[scalars_at:].view(np.float32).reshape(4, n)
-        scalars[:] = [self.actions[slots], self.rewards[slots], self.dones[slots], weights]
+        scalars[:] = [self.actions[slots], returns, discounts, weights]
         on_device = torch.from_numpy(buffer).to(self.device)
         frames = on_device[:frame_bytes].view(frames_shape)
-        actions, rewards, dones, weights_on_device = on_device[scalars_at:].view(torch.float32).view(4, n)
+        actions, returns_on_device, discounts_on_device, weights_on_device = (
+            on_device[scalars_at:].view(torch.float32).view(4, n)
+        )
         return Batch(
-            states=frames[:, :-1],
+            states=frames[:, : self.stack_depth],
             actions=actions.long(),
-            rewards=rewards,
-            next_states=frames[:, 1:],
-            dones=dones,
+            returns=returns_on_device,
+            next_states=frames[:, self.n_step :],
+            discounts=discounts_on_device,
             weights=weights_on_device,
             indices=slots,
         )
@@ -304,10 +342,10 @@ class PrioritizedReplayMemory(ReplayMemory):
         self.max_priority = 1.0
         self.priority_updates = 0  # calls of update_priorities so far
         self.window_max_priority = 0.0  # largest priority written in the current period
-        # A push at slot s changes whether these slots are sampleable: s - 1 gets its next
-        # frame, s becomes the newest, and once the memory is full s + 1 .. s + depth - 1
-        # become the oldest, whose stacks reach into overwritten frames.
-        self._push_offsets = np.arange(-1, self.stack_depth)
+        # A push at slot s changes whether these slots are sampleable: s - n .. s - 1 get one
+        # more frame of their windows, s becomes the newest, and once the memory is full
+        # s + 1 .. s + depth - 1 become the oldest, whose stacks reach into overwritten frames.
+        self._push_offsets = np.arange(-self.n_step, self.stack_depth)
 
     @property
     def nbytes(self) -> int:

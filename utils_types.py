@@ -23,9 +23,9 @@ class Batch(NamedTuple):
 
     states: torch.Tensor  # (B, stack, H, W) uint8
     actions: torch.Tensor  # (B,) int64
-    rewards: torch.Tensor  # (B,) float32, clipped
-    next_states: torch.Tensor  # (B, stack, H, W) uint8
-    dones: torch.Tensor  # (B,) float32, 1.0 where the next state must not be bootstrapped
+    returns: torch.Tensor  # (B,) float32, discounted sum of the clipped rewards of the n-step window
+    next_states: torch.Tensor  # (B, stack, H, W) uint8, the state n steps later
+    discounts: torch.Tensor  # (B,) float32, gamma ** n for the bootstrap; 0 after a terminal step
     weights: torch.Tensor  # (B,) float32 importance-sampling weights (ones when uniform)
     indices: np.ndarray  # (B,) int64 memory slots, for priority updates
 

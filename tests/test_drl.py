@@ -40,23 +40,23 @@ class PixelQ(nn.Module):
         return x[:, -1, self.row, :3].float()
 
 
-def make_batch(next_q_rows, rewards, dones, states=None) -> Batch:
-    n = len(rewards)
+def make_batch(next_q_rows, returns, discounts, states=None) -> Batch:
+    n = len(returns)
     next_states = torch.zeros(n, 4, 2, 3, dtype=torch.uint8)
     next_states[:, -1] = torch.tensor(next_q_rows, dtype=torch.uint8)
     return Batch(
         states=torch.zeros(n, 4, 2, 3, dtype=torch.uint8) if states is None else states,
         actions=torch.zeros(n, dtype=torch.int64),
-        rewards=torch.tensor(rewards, dtype=torch.float32),
+        returns=torch.tensor(returns, dtype=torch.float32),
         next_states=next_states,
-        dones=torch.tensor(dones, dtype=torch.float32),
+        discounts=torch.tensor(discounts, dtype=torch.float32),
         weights=torch.ones(n),
         indices=np.arange(n),
     )
 
 
 def test_td_targets_by_hand():
-    agent = Agent(3, gamma=0.9)
+    agent = Agent(3)
     agent.online, agent.target = PixelQ(row=0), PixelQ(row=1)
     # next state rows: row 0 is what the online net sees, row 1 what the target net sees
     rows = [
@@ -64,12 +64,13 @@ def test_td_targets_by_hand():
         [[7, 0, 0], [3, 8, 1]],  # online prefers action 0; terminal below, so no bootstrap
         [[0, 0, 5], [2, 2, 2]],
     ]
-    batch = make_batch(rows, rewards=[1.0, -1.0, 0.0], dones=[0.0, 1.0, 0.0])
-    # DQN: r + 0.9 * max_a Q_target(s', a)
-    assert torch.allclose(agent.td_targets(batch), torch.tensor([1 + 0.9 * 6, -1.0, 0.9 * 2]))
-    # Double DQN: r + 0.9 * Q_target(s', argmax_a Q_online(s', a))
+    # The third is a 3-step window: return 1 + 0.9 * 0 + 0.81 * 1, bootstrapped with 0.9 ** 3.
+    batch = make_batch(rows, returns=[1.0, -1.0, 1.81], discounts=[0.9, 0.0, 0.729])
+    # DQN: G + discount * max_a Q_target(s', a)
+    assert torch.allclose(agent.td_targets(batch), torch.tensor([1 + 0.9 * 6, -1.0, 1.81 + 0.729 * 2]))
+    # Double DQN: G + discount * Q_target(s', argmax_a Q_online(s', a))
     agent.double = True
-    assert torch.allclose(agent.td_targets(batch), torch.tensor([1 + 0.9 * 5, -1.0, 0.9 * 2]))
+    assert torch.allclose(agent.td_targets(batch), torch.tensor([1 + 0.9 * 5, -1.0, 1.81 + 0.729 * 2]))
 
 
 def real_batch(n=8, seed=0) -> Batch:
@@ -77,9 +78,9 @@ def real_batch(n=8, seed=0) -> Batch:
     return Batch(
         states=torch.randint(0, 256, (n, 4, 84, 84), dtype=torch.uint8, generator=g),
         actions=torch.randint(0, 4, (n,), generator=g),
-        rewards=torch.randint(-1, 2, (n,), generator=g).float(),
+        returns=torch.randint(-1, 2, (n,), generator=g).float(),
         next_states=torch.randint(0, 256, (n, 4, 84, 84), dtype=torch.uint8, generator=g),
-        dones=torch.randint(0, 2, (n,), generator=g).float(),
+        discounts=0.99 * torch.randint(0, 2, (n,), generator=g).float(),
         weights=torch.rand(n, generator=g) + 0.5,
         indices=np.arange(n),
     )
@@ -89,7 +90,7 @@ def real_batch(n=8, seed=0) -> Batch:
 def test_learn_reports_td_errors_and_weighted_loss(loss):
     agent = Agent(4, seed=1, lr=1e-3, loss=loss)
     batch = real_batch()
-    batch = batch._replace(rewards=3 * batch.rewards)  # TD errors on both sides of Huber's kink at 1
+    batch = batch._replace(returns=3 * batch.returns)  # TD errors on both sides of Huber's kink at 1
     with torch.no_grad():
         q = agent.online(batch.states).gather(1, batch.actions[:, None]).squeeze(1)
         targets = agent.td_targets(batch)

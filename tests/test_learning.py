@@ -24,11 +24,13 @@ def success_rate(agent: Agent, episodes: int = 100) -> float:
     return caught / episodes
 
 
-@pytest.mark.parametrize("prioritized", [False, True], ids=["uniform", "prioritized"])
-def test_agent_learns_catch(prioritized):
+@pytest.mark.parametrize(
+    "prioritized,n_step", [(False, 1), (True, 1), (False, 3)], ids=["uniform", "prioritized", "uniform-3-step"]
+)
+def test_agent_learns_catch(prioritized, n_step):
     memory_type = PrioritizedReplayMemory if prioritized else ReplayMemory
-    memory = memory_type(5000, frame_shape=(FRAME_SIZE, FRAME_SIZE), seed=0)
-    agent = Agent(Catch.n_actions, lr=1e-3, gamma=0.9, frame_size=FRAME_SIZE, seed=0)
+    memory = memory_type(5000, frame_shape=(FRAME_SIZE, FRAME_SIZE), seed=0, n_step=n_step, gamma=0.9)
+    agent = Agent(Catch.n_actions, lr=1e-3, frame_size=FRAME_SIZE, seed=0)
     player = Player(Catch(seed=0), memory)
     before = success_rate(agent)
     for step in range(1, STEPS + 1):

@@ -182,6 +182,9 @@ def test_resume_refuses_changed_configuration(tmp_path, capsys):
         main.main(["--resume", str(run), "--steps", "200", "--gamma", "0.9"])
     assert "--gamma cannot change on resume" in capsys.readouterr().err
     with pytest.raises(SystemExit):
+        main.main(["--resume", str(run), "--steps", "200", "--n-step", "3"])
+    assert "--n-step cannot change on resume (the run used 1)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
         main.main(["--resume", str(run), "--steps", "100"])
     assert "must exceed the checkpoint's step 120" in capsys.readouterr().err
     assert np.array_equal([i for i, _, _ in rewards(run)], [0, 1])

@@ -52,37 +52,68 @@ def reference_state(log: list[dict], step: int) -> list[int]:
     return [max(step - k, start) for k in range(DEPTH - 1, -1, -1)]
 
 
-def reference_sampleable(log: list[dict], step: int, capacity: int) -> bool:
+GAMMA = 0.9
+
+
+def reference_window(log: list[dict], step: int, capacity: int, n_step: int) -> tuple | None:
+    """The transition of ``step`` computed from the log: (return, discount, next state's frames or
+    None after a terminal step), or None when it may not be sampled."""
     total = len(log)
     oldest = max(0, total - capacity)
     if step < oldest or step >= total - 1:  # gone, or the newest (no next frame yet)
-        return False
+        return None
     # Once full, the 3 oldest slots are excluded: their stacks may reach overwritten slots.
     if total >= capacity and step - oldest < DEPTH - 1:
-        return False
-    if log[step + 1]["first"] and not log[step]["done"]:  # cut by the frame limit
-        return False
-    return reference_state(log, step)[0] >= oldest
+        return None
+    if reference_state(log, step)[0] < oldest:
+        return None
+    value, discount = 0.0, 1.0
+    for k in range(n_step):
+        value += discount * log[step + k]["reward"]
+        if log[step + k]["done"]:  # a lost life or game over ends the sum
+            return value, 0.0, None
+        discount *= GAMMA
+        if step + k + 1 >= total or log[step + k + 1]["first"]:  # not written yet, or cut by the frame limit
+            return None
+    return value, discount, reference_state(log, step + n_step)
 
 
+@pytest.mark.parametrize("n_step", [1, 3, 5])
 @pytest.mark.parametrize("capacity,n_steps", [(50, 30), (50, 50), (50, 137), (37, 500)])
-def test_stacks_and_sampleable_slots_match_brute_force(capacity, n_steps):
+def test_transitions_match_brute_force(capacity, n_steps, n_step):
+    """Sampleable slots, states, n-step returns, discounts and next states at game boundaries,
+    lost lives and frame-limit cuts, before and across the circular wrap."""
     log = play_log(n_steps, seed=capacity + n_steps)
-    memory = ReplayMemory(capacity, frame_shape=(1, 3))
+    memory = ReplayMemory(capacity, frame_shape=(1, 3), n_step=n_step, gamma=GAMMA)
     fill(memory, log)
     slots = np.arange(capacity)
     stored_step = decode(memory.frames)  # which global step each slot holds
+    expected = [reference_window(log, int(stored_step[slot]), capacity, n_step) if slot < len(log) else None
+                for slot in slots]  # fmt: skip
     mask = memory.sampleable(slots)
-    for slot in slots:
-        step = int(stored_step[slot])
-        expected = slot < len(log) and reference_sampleable(log, step, capacity)
-        assert mask[slot] == expected, (slot, step)
-    frames = decode(memory.frames[memory.stack_slots(slots[mask])])
-    for row, slot in zip(frames, slots[mask], strict=True):
-        step = int(stored_step[slot])
-        assert list(row[:-1]) == reference_state(log, step)
-        if not log[step]["done"]:  # a terminal step's next state is masked, so not checked
-            assert list(row[1:]) == reference_state(log, step + 1)
+    assert mask.tolist() == [window is not None for window in expected]
+    batch = memory._batch(slots[mask], np.ones(int(mask.sum()), dtype=np.float32))
+    for i, slot in enumerate(slots[mask]):
+        value, discount, next_state = expected[slot]
+        assert decode(batch.states[i].numpy()).tolist() == reference_state(log, int(stored_step[slot]))
+        assert batch.returns[i].item() == pytest.approx(value, abs=1e-6)
+        assert batch.discounts[i].item() == pytest.approx(discount, abs=1e-6)
+        if next_state is not None:  # after a terminal step the next state is never used
+            assert decode(batch.next_states[i].numpy()).tolist() == next_state
+
+
+def test_one_step_transitions_are_nature_dqns_exactly():
+    """n = 1: the clipped reward itself, gamma (as float32) or 0 at a terminal step, and the next frame."""
+    log = play_log(300, seed=7)
+    memory = ReplayMemory(100, frame_shape=(1, 3), seed=3)
+    fill(memory, log)
+    slots = np.flatnonzero(memory.sampleable(np.arange(100)))
+    batch = memory._batch(slots, np.ones(len(slots), dtype=np.float32))
+    assert np.array_equal(batch.returns.numpy(), memory.rewards[slots])
+    assert np.array_equal(batch.discounts.numpy(), np.float32(0.99) * (1 - memory.dones[slots]).astype(np.float32))
+    stacks = memory.stack_slots(slots)
+    assert stacks.shape == (len(slots), DEPTH + 1) and np.array_equal(stacks[:, -1], (slots + 1) % 100)
+    assert torch.equal(batch.next_states[:, :-1], batch.states[:, 1:])
 
 
 def test_batch_holds_the_stored_transition():
@@ -93,8 +124,8 @@ def test_batch_holds_the_stored_transition():
     steps = decode(batch.states.numpy()[:, -1])
     for i, step in enumerate(steps):
         assert batch.actions[i] == log[step]["action"]
-        assert batch.rewards[i] == log[step]["reward"]
-        assert batch.dones[i] == float(log[step]["done"])
+        assert batch.returns[i] == log[step]["reward"]
+        assert batch.discounts[i] == np.float32(0.99) * (not log[step]["done"])
         assert decode(memory.frames[batch.indices[i]]) == step
     assert batch.states.dtype == torch.uint8 and batch.states.shape == (64, DEPTH, 1, 3)
     assert torch.equal(batch.weights, torch.ones(64))

@@ -181,8 +181,9 @@ def assert_leaves_match_sampleable(memory: PrioritizedReplayMemory) -> None:
     np.testing.assert_array_equal(memory.tree.leaves > 0, sampleable)
 
 
-def test_leaves_are_positive_exactly_where_sampleable() -> None:
-    memory = PrioritizedReplayMemory(23, frame_shape=FRAME_SHAPE)
+@pytest.mark.parametrize("n_step", [1, 3, 5])
+def test_leaves_are_positive_exactly_where_sampleable(n_step: int) -> None:
+    memory = PrioritizedReplayMemory(23, frame_shape=FRAME_SHAPE, n_step=n_step)
     source = game_steps(4)
     rng = np.random.default_rng(4)
     for step in range(250):
@@ -194,8 +195,9 @@ def test_leaves_are_positive_exactly_where_sampleable() -> None:
     assert_consistent(memory.tree)
 
 
-def test_memory_never_samples_an_unsampleable_slot() -> None:
-    memory, source = prioritized(50, 173)  # wrapped, with games cut by the frame limit
+@pytest.mark.parametrize("n_step", [1, 3, 5])
+def test_memory_never_samples_an_unsampleable_slot(n_step: int) -> None:
+    memory, source = prioritized(50, 173, n_step=n_step)  # wrapped, with games cut by the frame limit
     first, last = memory._sampleable_range()
     assert memory.sampleable(np.arange(50)).sum() < last - first + 1, "no frame-limit cut in memory"
     rng = np.random.default_rng(5)
