@@ -21,7 +21,7 @@ import torch
 from tqdm import tqdm
 
 from utils_config import RESUMABLE_OPTIONS, parse_config, pick_device, use_threads
-from utils_drl import Agent, CheckpointError, linear_schedule, load_checkpoint, save_checkpoint
+from utils_drl import Agent, CheckpointError, linear_schedule, save_checkpoint
 from utils_env import AtariEnv, FrameStack, evaluate
 from utils_memory import PrioritizedReplayMemory, ReplayMemory
 from utils_run import (
@@ -38,7 +38,7 @@ from utils_run import (
     episode_line,
     load_memory,
     load_newest_checkpoint,
-    reconcile_rewards,
+    reconcile_with_checkpoint,
     remove_leftovers,
     rewards_line,
     save_memory,
@@ -310,16 +310,7 @@ def run_training(args: argparse.Namespace, checkpoint: dict[str, Any] | None, st
         player.load_state_dict(checkpoint["player"])
         torch.set_rng_state(checkpoint["torch_rng"])
         wall_base = progress.wall_seconds
-
-        def saved_line(index: int) -> str | None:
-            if index == progress.evaluations - 1 and checkpoint["rewards_line"]:
-                return checkpoint["rewards_line"]
-            try:
-                return load_checkpoint(out / f"model_{index:03d}.pt").get("rewards_line")
-            except CheckpointError:
-                return None
-
-        for note in reconcile_rewards(out, progress.evaluations, saved_line):
+        for note in reconcile_with_checkpoint(out, checkpoint):
             print(f"Note: {note}", flush=True)
     start_episodes(episodes_path, progress.step)
     writer = open_tensorboard(out) if args.tensorboard else None

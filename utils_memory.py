@@ -42,7 +42,14 @@ from utils_types import Batch
 
 
 class ReplayMemory:
-    """Circular uniform replay memory in host RAM; sampled batches go to ``device`` at once."""
+    """Circular uniform replay memory in host RAM; sampled batches go to ``device`` at once.
+
+    With ``streams`` = N the capacity is split into N stripes of ``capacity // N`` slots, each a
+    circular memory of its own with its own cursor, for N players whose steps arrive interleaved
+    (stacks and windows walk through consecutive slots, so one player's steps must stay
+    together). Every rule above holds within each stripe; sampling draws over the sampleable
+    slots of all stripes. One stream is the plain circular memory.
+    """
 
     _arrays = ("frames", "actions", "rewards", "dones", "starts")
 
@@ -55,68 +62,84 @@ class ReplayMemory:
         seed: int = 0,
         n_step: int = 1,
         gamma: float = 0.99,
+        streams: int = 1,
     ) -> None:
-        if capacity <= stack_depth + n_step:
-            raise ValueError(f"memory capacity {capacity} must exceed the stack depth {stack_depth} plus n_step")
-        if n_step < 1:
-            raise ValueError(f"n_step must be 1 or more, got {n_step}")
-        self.capacity = capacity
+        if n_step < 1 or streams < 1:
+            raise ValueError(f"n_step ({n_step}) and streams ({streams}) must be 1 or more")
+        self.stripe = capacity // streams  # slots per stream
+        if self.stripe <= stack_depth + n_step:
+            raise ValueError(
+                f"memory capacity {capacity} over {streams} streams leaves {self.stripe} slots per stream, "
+                f"not more than the stack depth {stack_depth} plus n_step {n_step}"
+            )
+        self.capacity = self.stripe * streams
+        self.streams = streams
         self.stack_depth = stack_depth
         self.n_step = n_step
         self.gamma = np.float32(gamma)
         self.device = torch.device(device)
-        self.frames = np.zeros((capacity, *frame_shape), dtype=np.uint8)
-        self.actions = np.zeros(capacity, dtype=np.uint8)
-        self.rewards = np.zeros(capacity, dtype=np.float32)
-        self.dones = np.zeros(capacity, dtype=bool)
-        self.starts = np.zeros(capacity, dtype=bool)
-        self.cursor = 0  # the slot the next push writes
-        self.size = 0
+        self.frames = np.zeros((self.capacity, *frame_shape), dtype=np.uint8)
+        self.actions = np.zeros(self.capacity, dtype=np.uint8)
+        self.rewards = np.zeros(self.capacity, dtype=np.float32)
+        self.dones = np.zeros(self.capacity, dtype=bool)
+        self.starts = np.zeros(self.capacity, dtype=bool)
+        self.cursors = np.zeros(streams, dtype=np.int64)  # per stream: the offset the next push writes
+        self.sizes = np.zeros(streams, dtype=np.int64)  # per stream: steps held
         self.rng = np.random.default_rng(seed)
 
     def __len__(self) -> int:
-        return self.size
+        return int(self.sizes.sum())
 
     @property
     def nbytes(self) -> int:
         """Bytes of all arrays this memory allocated (grows in subclasses that add some)."""
         return sum(getattr(self, name).nbytes for name in self._arrays)
 
-    def push(self, frame: np.ndarray, action: int, reward: float, done: bool, first: bool) -> int:
-        """Store one step; ``first`` marks the first frame of a game. Returns the slot."""
-        if self.size == 0 and not first:
+    def push(self, frame: np.ndarray, action: int, reward: float, done: bool, first: bool, stream: int = 0) -> int:
+        """Store one step of ``stream``; ``first`` marks the first frame of a game. Returns the slot."""
+        size, cursor = int(self.sizes[stream]), int(self.cursors[stream])
+        if size == 0 and not first:
             raise ValueError("the first step stored must start a game (first=True)")
-        slot = self.cursor
+        slot = stream * self.stripe + cursor
         self.frames[slot] = frame
         self.actions[slot] = action
         self.rewards[slot] = reward
         self.dones[slot] = done
         self.starts[slot] = first
-        self.cursor = (slot + 1) % self.capacity
-        self.size = min(self.size + 1, self.capacity)
+        self.cursors[stream] = (cursor + 1) % self.stripe
+        self.sizes[stream] = min(size + 1, self.stripe)
         return slot
 
     def sampleable(self, slots: np.ndarray) -> np.ndarray:
         """Boolean mask: which ``slots`` hold a complete, intact transition (see module doc)."""
         return self._windows(slots)[0]
 
+    def _shift(self, slots: np.ndarray, steps: int | np.ndarray) -> np.ndarray:
+        """The slots ``steps`` later (earlier when negative) in the same stripe, wrapping around it."""
+        if self.streams == 1:  # the common case, on the sampling path: half the work
+            return (slots + steps) % self.stripe
+        base = slots - slots % self.stripe
+        return base + (slots - base + steps) % self.stripe
+
     def _windows(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For each slot: whether its n-step window is sampleable, its discounted return, and the
         discount of its bootstrap (0 when the window ends with a terminal step), as float32."""
+        stream = slots // self.stripe
         first, last = self._sampleable_range()
-        position = (slots - self._oldest()) % self.capacity
-        sampleable = (position >= first) & (position <= last)
+        position = (slots - self._oldest()[stream]) % self.stripe
+        sampleable = (position >= first[stream]) & (position <= last[stream])
+        newest = self.sizes[stream] - 1
         returns = np.zeros(len(slots), dtype=np.float32)
         discounts = np.ones(len(slots), dtype=np.float32)
         going = np.ones(len(slots), dtype=bool)  # no terminal step yet
         for k in range(self.n_step):
-            step = (slots + k) % self.capacity
+            step = self._shift(slots, k)
             returns += np.where(going, discounts * self.rewards[step], np.float32(0.0))
             going &= ~self.dones[step]
             discounts = np.where(going, discounts * self.gamma, np.float32(0.0))
             # A step that goes on needs its next frame, written and of the same game.
-            following_written = position + k + 1 <= self.size - 1
-            sampleable &= ~going | (following_written & ~self.starts[(step + 1) % self.capacity])
+            following_written = position + k + 1 <= newest
+            sampleable &= ~going | (following_written & ~self.starts[self._shift(step, 1)])
             if not going.any():
                 break
         return sampleable, returns, discounts
@@ -134,58 +157,97 @@ class ReplayMemory:
         [:, n:]. Past ``t`` the window runs on through t+1..t+n, the frames of the next state of a
         sampleable window that goes on (no game starts there); after a terminal step they are
         whatever the slots hold, never used."""
-        columns = [(slots + k) % self.capacity for k in range(self.n_step, 0, -1)] + [slots]
+        columns = [self._shift(slots, k) for k in range(self.n_step, 0, -1)] + [slots]
         current = slots
         for _ in range(self.stack_depth - 1):
-            current = np.where(self.starts[current], current, (current - 1) % self.capacity)
+            current = np.where(self.starts[current], current, self._shift(current, -1))
             columns.append(current)
         return np.stack(columns[::-1], axis=1)
 
     def state_dict(self) -> dict[str, Any]:
-        """All contents as tensors sharing this memory's arrays, for ``torch.save``."""
-        arrays = {name: torch.from_numpy(getattr(self, name)[: self.size]) for name in self._arrays}
-        return {**arrays, "capacity": self.capacity, "cursor": self.cursor, "rng": self.rng.bit_generator.state}
+        """All contents as tensors, for ``torch.save``: each stream's filled slots, in turn."""
+        filled = self._filled_slots()
+        arrays = {name: torch.from_numpy(getattr(self, name)[filled]) for name in self._arrays}
+        return {
+            **arrays,
+            "capacity": self.capacity,
+            "streams": self.streams,
+            "sizes": torch.from_numpy(self.sizes.copy()),
+            "cursors": torch.from_numpy(self.cursors.copy()),
+            "rng": self.rng.bit_generator.state,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore ``state_dict``'s contents; a state that does not fit this memory raises
         ValueError (or KeyError) and leaves the memory as it was."""
         arrays = {name: state[name].numpy() for name in self._arrays}
-        size, cursor = len(arrays["frames"]), int(state["cursor"])
-        # Slot positions only mean the same thing in a memory of the same capacity.
-        if state["capacity"] != self.capacity or arrays["frames"].shape[1:] != self.frames.shape[1:]:
-            raise ValueError("the saved replay memory has another capacity or frame shape than this one")
-        cursor_valid = 0 <= cursor < self.capacity if size == self.capacity else cursor == size
-        if any(len(array) != size for array in arrays.values()) or not cursor_valid:
-            raise ValueError("the saved replay memory's arrays and cursor disagree")
-        if 0 < size < self.capacity and not arrays["starts"][0]:
+        sizes, cursors = state["sizes"].numpy().astype(np.int64), state["cursors"].numpy().astype(np.int64)
+        # Slot positions only mean the same thing in a memory of the same capacity and streams.
+        if (state["capacity"], state["streams"]) != (self.capacity, self.streams):
+            raise ValueError("the saved replay memory has another capacity or number of streams than this one")
+        if arrays["frames"].shape[1:] != self.frames.shape[1:]:
+            raise ValueError("the saved replay memory has another frame shape than this one")
+        full = sizes == self.stripe
+        cursors_valid = np.where(full, (cursors >= 0) & (cursors < self.stripe), cursors == sizes)
+        if (
+            sizes.shape != (self.streams,)
+            or (sizes < 0).any()
+            or (sizes > self.stripe).any()
+            or not cursors_valid.all()
+        ):
+            raise ValueError("the saved replay memory's sizes and cursors disagree")
+        if any(len(array) != sizes.sum() for array in arrays.values()):
+            raise ValueError("the saved replay memory's arrays and sizes disagree")
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        if any(
+            0 < size < self.stripe and not arrays["starts"][offset] for size, offset in zip(sizes, offsets, strict=True)
+        ):
             raise ValueError("the saved replay memory does not begin with the first step of a game")
+        self.sizes[:], self.cursors[:] = sizes, cursors
+        filled = self._filled_slots()
         for name, array in arrays.items():
-            getattr(self, name)[:size] = array
-        self.size = size
-        self.cursor = cursor
+            getattr(self, name)[filled] = array
         self.rng.bit_generator.state = state["rng"]
 
-    def _oldest(self) -> int:
-        return (self.cursor - self.size) % self.capacity
+    def _filled_slots(self) -> np.ndarray:
+        """The slots that hold a step: the first ``size`` of each stripe, stripe after stripe."""
+        return np.concatenate([stream * self.stripe + np.arange(size) for stream, size in enumerate(self.sizes)])
 
-    def _sampleable_range(self) -> tuple[int, int]:
-        """First and last sampleable position, counted from the oldest slot."""
-        first = self.stack_depth - 1 if self.size == self.capacity else 0
-        return first, self.size - 2
+    def _oldest(self) -> np.ndarray:
+        """Per stream: the offset of its oldest step."""
+        return (self.cursors - self.sizes) % self.stripe
+
+    def _sampleable_range(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per stream: the first and last sampleable position, counted from its oldest slot."""
+        first = np.where(self.sizes == self.stripe, self.stack_depth - 1, 0)
+        return first, self.sizes - 2
+
+    def _range_sizes(self) -> np.ndarray:
+        """Per stream: how many positions its sampleable range spans."""
+        first, last = self._sampleable_range()
+        return np.maximum(last - first + 1, 0)
 
     def _uniform_slots(self, batch_size: int) -> np.ndarray:
-        first, last = self._sampleable_range()
-        if last < first:
-            raise ValueError(f"the memory holds {self.size} steps, too few to sample from")
-        slots = (self._oldest() + self.rng.integers(first, last + 1, size=batch_size)) % self.capacity
+        counts = self._range_sizes()
+        total = int(counts.sum())
+        if total == 0:
+            raise ValueError(f"the memory holds {len(self)} steps, too few to sample from")
+        slots = self._range_slots(self.rng.integers(0, total, size=batch_size), counts)
         # Only the rare last steps of frame-limited games fail inside the range: redraw them.
         for _ in range(1000):
             rejected = ~self.sampleable(slots)
             if not rejected.any():
                 return slots
-            redrawn = self.rng.integers(first, last + 1, size=int(rejected.sum()))
-            slots[rejected] = (self._oldest() + redrawn) % self.capacity
+            slots[rejected] = self._range_slots(self.rng.integers(0, total, size=int(rejected.sum())), counts)
         raise RuntimeError("could not draw sampleable transitions; are all games cut by the frame limit?")
+
+    def _range_slots(self, draws: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """Map draws in [0, sum(counts)) to slots: the streams' sampleable ranges laid end to end."""
+        ends = np.cumsum(counts)
+        stream = np.searchsorted(ends, draws, side="right")
+        first, _ = self._sampleable_range()
+        position = first[stream] + draws - (ends[stream] - counts[stream])
+        return stream * self.stripe + (self._oldest()[stream] + position) % self.stripe
 
     def _batch(self, slots: np.ndarray, weights: np.ndarray) -> Batch:
         """Gather the batch into one host buffer (frames, then actions, returns, discounts and
@@ -338,7 +400,7 @@ class PrioritizedReplayMemory(ReplayMemory):
         super().__init__(capacity, **options)
         self.alpha = alpha
         self.priority_eps = priority_eps
-        self.tree = SumTree(capacity)
+        self.tree = SumTree(self.capacity)
         self.max_priority = 1.0
         self.priority_updates = 0  # calls of update_priorities so far
         self.window_max_priority = 0.0  # largest priority written in the current period
@@ -351,10 +413,10 @@ class PrioritizedReplayMemory(ReplayMemory):
     def nbytes(self) -> int:
         return super().nbytes + self.tree.nbytes
 
-    def push(self, frame: np.ndarray, action: int, reward: float, done: bool, first: bool) -> int:
+    def push(self, frame: np.ndarray, action: int, reward: float, done: bool, first: bool, stream: int = 0) -> int:
         """Store one step like ``ReplayMemory.push`` and refresh the leaves it affects."""
-        slot = super().push(frame, action, reward, done, first)
-        affected = (slot + self._push_offsets) % self.capacity
+        slot = super().push(frame, action, reward, done, first, stream)
+        affected = self._shift(np.full(len(self._push_offsets), slot), self._push_offsets)
         self.tree.update(affected, np.where(self.sampleable(affected), self.max_priority, 0.0))
         return slot
 
@@ -367,13 +429,12 @@ class PrioritizedReplayMemory(ReplayMemory):
         """
         total = self.tree.total
         if not total > 0:
-            raise ValueError(f"the memory holds {self.size} steps, too few to sample from")
+            raise ValueError(f"the memory holds {len(self)} steps, too few to sample from")
         slots = self.tree.sample(batch_size, self.rng)
-        # N, the sampleable range, also counts the rare last steps of games cut by the frame
+        # N, the sampleable ranges, also counts the rare last steps of games cut by the frame
         # limit. That does not matter: N cancels in the division by the largest weight, and
         # is kept so the weights before it read as the paper's.
-        first, last = self._sampleable_range()
-        weights = ((last - first + 1) * self.tree.leaves[slots] / total) ** -beta
+        weights = (self._range_sizes().sum() * self.tree.leaves[slots] / total) ** -beta
         return self._batch(slots, (weights / weights.max()).astype(np.float32))
 
     def update_priorities(self, slots: np.ndarray, td_errors: np.ndarray) -> None:
@@ -398,7 +459,7 @@ class PrioritizedReplayMemory(ReplayMemory):
         """The uniform memory's state plus the leaves (the sums are rebuilt on loading)."""
         return {
             **super().state_dict(),
-            "priorities": torch.from_numpy(self.tree.leaves[: self.size]),
+            "priorities": torch.from_numpy(self.tree.leaves[self._filled_slots()]),
             "max_priority": self.max_priority,
             "priority_updates": self.priority_updates,
             "window_max_priority": self.window_max_priority,
@@ -411,7 +472,7 @@ class PrioritizedReplayMemory(ReplayMemory):
             raise ValueError("the saved priorities do not match the saved transitions")
         super().load_state_dict(state)
         leaves = self.tree.leaves
-        leaves[: self.size] = priorities
-        leaves[self.size :] = 0.0  # slots past size hold no transition
+        leaves[:] = 0.0  # slots that hold no step
+        leaves[self._filled_slots()] = priorities
         self.tree.rebuild()
         self.max_priority, self.priority_updates, self.window_max_priority = counters

@@ -123,6 +123,22 @@ def episode_line(step: int, game: GameResult, epsilon: float) -> str:
     return f"{step},{game.score:g},{game.length},{epsilon:.4f}\n"
 
 
+def reconcile_with_checkpoint(run: Path, checkpoint: dict[str, Any]) -> list[str]:
+    """``reconcile_rewards`` for a run resuming from ``checkpoint``: a missing line comes from the
+    checkpoint itself (its last evaluation's) or from the ``model_NNN.pt`` of its evaluation."""
+    evaluations = checkpoint["run"]["evaluations"]
+
+    def saved_line(index: int) -> str | None:
+        if index == evaluations - 1 and checkpoint["rewards_line"]:
+            return checkpoint["rewards_line"]
+        try:
+            return load_checkpoint(run / f"model_{index:03d}.pt").get("rewards_line")
+        except CheckpointError:
+            return None
+
+    return reconcile_rewards(run, evaluations, saved_line)
+
+
 def start_episodes(path: Path, step: int) -> None:
     """Make ``path`` ready for a run at ``step``: create it with its header, or drop the games that
     ended after ``step`` (played after the checkpoint a run resumes from), so none appears twice."""

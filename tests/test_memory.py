@@ -78,28 +78,52 @@ def reference_window(log: list[dict], step: int, capacity: int, n_step: int) -> 
     return value, discount, reference_state(log, step + n_step)
 
 
+STREAM = 1_000_000  # frames spell stream * STREAM + step
+
+
+def fill_streams(memory: ReplayMemory, logs: list[list[dict]], seed: int) -> None:
+    """Push the streams' steps interleaved in a random order, each stream's in its own order."""
+    order = np.random.default_rng(seed).permutation(np.repeat(np.arange(len(logs)), [len(log) for log in logs]))
+    pushed = [0] * len(logs)
+    for stream in order:
+        step, entry = pushed[stream], logs[stream][pushed[stream]]
+        memory.push(
+            encode(stream * STREAM + step), entry["action"], entry["reward"], entry["done"], entry["first"], stream
+        )
+        pushed[stream] += 1
+
+
 @pytest.mark.parametrize("n_step", [1, 3, 5])
-@pytest.mark.parametrize("capacity,n_steps", [(50, 30), (50, 50), (50, 137), (37, 500)])
-def test_transitions_match_brute_force(capacity, n_steps, n_step):
+@pytest.mark.parametrize(
+    "capacity,n_steps,streams", [(50, 30, 1), (50, 50, 1), (50, 137, 1), (37, 500, 1), (60, 70, 3), (90, 400, 3)]
+)
+def test_transitions_match_brute_force(capacity, n_steps, streams, n_step):
     """Sampleable slots, states, n-step returns, discounts and next states at game boundaries,
-    lost lives and frame-limit cuts, before and across the circular wrap."""
-    log = play_log(n_steps, seed=capacity + n_steps)
-    memory = ReplayMemory(capacity, frame_shape=(1, 3), n_step=n_step, gamma=GAMMA)
-    fill(memory, log)
+    lost lives and frame-limit cuts, before and across the circular wrap, for one stream or
+    several pushed interleaved (each stream's games of different lengths)."""
+    logs = [play_log(n_steps + 17 * stream, seed=capacity + n_steps + stream) for stream in range(streams)]
+    memory = ReplayMemory(capacity, frame_shape=(1, 3), n_step=n_step, gamma=GAMMA, streams=streams)
+    fill_streams(memory, logs, seed=n_step)
+    stripe = capacity // streams
     slots = np.arange(capacity)
-    stored_step = decode(memory.frames)  # which global step each slot holds
-    expected = [reference_window(log, int(stored_step[slot]), capacity, n_step) if slot < len(log) else None
-                for slot in slots]  # fmt: skip
+    stored = decode(memory.frames)  # which stream and step each slot holds
+    expected = []
+    for slot in slots:
+        stream, step = divmod(int(stored[slot]), STREAM)
+        filled = slot % stripe < len(logs[slot // stripe])
+        assert not filled or stream == slot // stripe  # each stream stays in its stripe
+        expected.append(reference_window(logs[stream], step, stripe, n_step) if filled else None)
     mask = memory.sampleable(slots)
     assert mask.tolist() == [window is not None for window in expected]
     batch = memory._batch(slots[mask], np.ones(int(mask.sum()), dtype=np.float32))
     for i, slot in enumerate(slots[mask]):
+        stream, step = divmod(int(stored[slot]), STREAM)
         value, discount, next_state = expected[slot]
-        assert decode(batch.states[i].numpy()).tolist() == reference_state(log, int(stored_step[slot]))
+        assert (decode(batch.states[i].numpy()) - stream * STREAM).tolist() == reference_state(logs[stream], step)
         assert batch.returns[i].item() == pytest.approx(value, abs=1e-6)
         assert batch.discounts[i].item() == pytest.approx(discount, abs=1e-6)
         if next_state is not None:  # after a terminal step the next state is never used
-            assert decode(batch.next_states[i].numpy()).tolist() == next_state
+            assert (decode(batch.next_states[i].numpy()) - stream * STREAM).tolist() == next_state
 
 
 def test_one_step_transitions_are_nature_dqns_exactly():
@@ -131,12 +155,13 @@ def test_batch_holds_the_stored_transition():
     assert torch.equal(batch.weights, torch.ones(64))
 
 
-def test_uniform_sampling_is_uniform_over_sampleable_slots():
-    log = play_log(250, seed=2)
-    memory = ReplayMemory(100, frame_shape=(1, 3), seed=4)
-    fill(memory, log)
-    counts = np.bincount(np.concatenate([memory.sample(1000).indices for _ in range(200)]), minlength=100)
-    mask = memory.sampleable(np.arange(100))
+@pytest.mark.parametrize("streams", [1, 3])
+def test_uniform_sampling_is_uniform_over_sampleable_slots(streams):
+    logs = [play_log(250 - 60 * stream, seed=2 + stream) for stream in range(streams)]  # some stripes not full
+    memory = ReplayMemory(100 if streams == 1 else 102, frame_shape=(1, 3), seed=4, streams=streams)
+    fill_streams(memory, logs, seed=5)
+    counts = np.bincount(np.concatenate([memory.sample(1000).indices for _ in range(200)]), minlength=memory.capacity)
+    mask = memory.sampleable(np.arange(memory.capacity))
     assert counts[~mask].sum() == 0
     expected = counts.sum() / mask.sum()
     chi2 = ((counts[mask] - expected) ** 2 / expected).sum()
@@ -156,15 +181,17 @@ def test_bytes_per_transition_at_84x84():
     assert memory.nbytes / memory.capacity == 84 * 84 + 7
 
 
-def test_state_dict_round_trip():
-    log = play_log(180, seed=5)
-    memory = ReplayMemory(100, frame_shape=(1, 3), seed=6)
-    fill(memory, log)
+@pytest.mark.parametrize("streams", [1, 3])
+def test_state_dict_round_trip(streams):
+    logs = [play_log(180 - 50 * stream, seed=5 + stream) for stream in range(streams)]  # some stripes not full
+    memory = ReplayMemory(100, frame_shape=(1, 3), seed=6, streams=streams)
+    fill_streams(memory, logs, seed=1)
     buffer = io.BytesIO()
     torch.save(memory.state_dict(), buffer)
     buffer.seek(0)
-    copy = ReplayMemory(100, frame_shape=(1, 3), seed=99)
+    copy = ReplayMemory(100, frame_shape=(1, 3), seed=99, streams=streams)
     copy.load_state_dict(torch.load(buffer, weights_only=True))
+    assert np.array_equal(copy.frames, memory.frames) and np.array_equal(copy.cursors, memory.cursors)
     for _ in range(3):
         a, b = memory.sample(16), copy.sample(16)
         assert np.array_equal(a.indices, b.indices) and torch.equal(a.states, b.states)

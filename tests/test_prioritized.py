@@ -181,13 +181,14 @@ def assert_leaves_match_sampleable(memory: PrioritizedReplayMemory) -> None:
     np.testing.assert_array_equal(memory.tree.leaves > 0, sampleable)
 
 
-@pytest.mark.parametrize("n_step", [1, 3, 5])
-def test_leaves_are_positive_exactly_where_sampleable(n_step: int) -> None:
-    memory = PrioritizedReplayMemory(23, frame_shape=FRAME_SHAPE, n_step=n_step)
-    source = game_steps(4)
+@pytest.mark.parametrize("n_step,streams", [(1, 1), (3, 1), (5, 1), (1, 3), (3, 2)])
+def test_leaves_are_positive_exactly_where_sampleable(n_step: int, streams: int) -> None:
+    memory = PrioritizedReplayMemory(23 * streams, frame_shape=FRAME_SHAPE, n_step=n_step, streams=streams)
+    sources = [game_steps(4 + stream) for stream in range(streams)]
     rng = np.random.default_rng(4)
-    for step in range(250):
-        play(memory, 1, source)
+    for step in range(250 * streams):
+        stream = int(rng.integers(streams))
+        memory.push(*next(sources[stream]), stream)
         assert_leaves_match_sampleable(memory)
         if step > 5:
             batch = memory.sample(8)
@@ -198,8 +199,7 @@ def test_leaves_are_positive_exactly_where_sampleable(n_step: int) -> None:
 @pytest.mark.parametrize("n_step", [1, 3, 5])
 def test_memory_never_samples_an_unsampleable_slot(n_step: int) -> None:
     memory, source = prioritized(50, 173, n_step=n_step)  # wrapped, with games cut by the frame limit
-    first, last = memory._sampleable_range()
-    assert memory.sampleable(np.arange(50)).sum() < last - first + 1, "no frame-limit cut in memory"
+    assert memory.sampleable(np.arange(50)).sum() < memory._range_sizes().sum(), "no frame-limit cut in memory"
     rng = np.random.default_rng(5)
     for _ in range(300):
         batch = memory.sample(32)
@@ -252,7 +252,7 @@ def test_update_priorities_sets_leaves_and_never_revives_a_slot() -> None:
     )
     assert (memory.tree.leaves[~sampleable] == 0).all()
 
-    oldest_sampleable = (memory.cursor + np.arange(3, 6)) % 40
+    oldest_sampleable = (memory.cursors[0] + np.arange(3, 6)) % 40
     play(memory, 3, source)  # these three become the oldest, whose stacks are overwritten
     memory.update_priorities(oldest_sampleable, np.ones(3))
     assert (memory.tree.leaves[oldest_sampleable] == 0).all()
@@ -322,6 +322,20 @@ def test_round_trip_of_a_partly_filled_memory() -> None:
     restored, _ = prioritized(60, 50, seed=3)  # leaves past 25 must be cleared by loading
     restored.load_state_dict(memory.state_dict())
     np.testing.assert_array_equal(restored.tree.nodes, memory.tree.nodes)
+
+
+def test_round_trip_over_streams_restores_leaves_in_each_stripe() -> None:
+    memory = PrioritizedReplayMemory(60, frame_shape=FRAME_SHAPE, streams=3)
+    sources = [game_steps(stream) for stream in range(3)]
+    for stream, steps in enumerate((30, 7, 0)):  # a wrapped stripe, a partly filled one, an empty one
+        for _ in range(steps):
+            memory.push(*next(sources[stream]), stream)
+    batch = memory.sample(16)
+    memory.update_priorities(batch.indices, np.random.default_rng(0).normal(size=16))
+    restored = PrioritizedReplayMemory(60, frame_shape=FRAME_SHAPE, streams=3)
+    restored.load_state_dict(memory.state_dict())
+    np.testing.assert_array_equal(restored.tree.nodes, memory.tree.nodes)
+    assert_leaves_match_sampleable(restored)
 
 
 def test_nbytes_counts_the_tree() -> None:
