@@ -29,11 +29,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import main  # first: it sets OpenMP's spin count, which torch reads when it is imported
+
+# isort: split
 import ale_py
 import numpy as np
 import torch
 
-import main
 import plot
 from utils_config import available_cpus, parse_config, pick_device, threads_option, use_threads
 from utils_drl import Agent, CheckpointError
@@ -171,11 +173,11 @@ def loop_result(process: subprocess.Popen) -> float:
     return float(stdout.strip().splitlines()[-1])
 
 
-def bench_shared(env_id: str, quick: bool, train_every: int) -> dict[str, float]:
+def bench_shared(env_id: str, quick: bool, train_every: int, threads: str | int = "auto") -> dict[str, float]:
     """The uniform loop's steps/s alone, beside a single-threaded busy loop, and the total of two
     loops at once with half the threads each; every loop runs in a fresh process."""
     steps = (200, 300) if quick else (1000, 3000)
-    cpus = available_cpus()
+    cpus = available_cpus() if threads == "auto" else int(threads)
     figures = {"sps_alone": loop_result(loop_process(env_id, steps, train_every, cpus))}
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
@@ -211,7 +213,7 @@ def run(env: str, quick: bool, train_every: int, threads: str | int = "auto") ->
     figures["efficiency_prioritized"] = figures["sps_prioritized"] / figures["bound_sps"]
     figures["prioritized_over_uniform"] = figures["sps_prioritized"] / figures["sps_uniform"]
     figures.update(bench_memories(fill=2_000 if quick else 20_000, repeats=20 if quick else 100))
-    figures.update(bench_shared(env_id, quick, train_every))
+    figures.update(bench_shared(env_id, quick, train_every, threads))
     figures["settings"] = {
         "game": env_id,
         "loop_steps": loop_steps,
@@ -453,7 +455,7 @@ if __name__ == "__main__":
         sys.exit(0)
     use_threads(arguments.threads)
     if arguments.shared:
-        results = bench_shared(env_id, arguments.quick, arguments.train_every)
+        results = bench_shared(env_id, arguments.quick, arguments.train_every, arguments.threads)
         print(json.dumps(results, indent=2) if arguments.json else table(results, SHARED_ROWS))
         sys.exit(0)
     results = run(arguments.env, arguments.quick, arguments.train_every, arguments.threads)

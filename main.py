@@ -9,12 +9,20 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import signal
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
+
+# Before torch loads OpenMP (libgomp reads this once): its threads wait for each other at every
+# barrier by spinning 300,000 times before they sleep. When another process holds a core, the
+# spinning thread takes CPU time from the one it waits for, and a run falls to a third of its speed
+# (see README, "Sharing a machine"); 1,000 spins keep it at half or more, for about 10% alone.
+if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+    os.environ["GOMP_SPINCOUNT"] = "1000"
 
 import numpy as np
 import torch
