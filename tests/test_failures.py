@@ -317,7 +317,7 @@ def test_a_saved_memory_is_used_only_when_it_belongs_to_the_checkpoint(tmp_path,
 
     empty = torch.load(memory, weights_only=True)
     empty["memory"] = {k: v[:0] if torch.is_tensor(v) else v for k, v in empty["memory"].items()}
-    empty["memory"]["cursor"] = 0
+    empty["memory"]["sizes"] = empty["memory"]["cursors"] = torch.zeros(1, dtype=torch.int64)
     torch.save(empty, memory)
     assert not load_newest_checkpoint(run)[1]["player"]["first"]  # mid-game: an empty memory cannot go on
     assert main.main(["--resume", str(run), "--steps", "320", "--save-memory"]) == 0
