@@ -146,8 +146,8 @@ class ReplayMemory:
 
     def sample(self, batch_size: int, beta: float = 1.0) -> Batch:
         """A uniform batch. ``beta`` is ignored: with equal priorities every weight is 1."""
-        slots = self._uniform_slots(batch_size)
-        return self._batch(slots, np.ones(batch_size, dtype=np.float32))
+        slots, windows = self._uniform_slots(batch_size)
+        return self._batch(slots, np.ones(batch_size, dtype=np.float32), windows)
 
     def update_priorities(self, slots: np.ndarray, td_errors: np.ndarray) -> None:
         """Uniform replay has no priorities; present so both memories share one interface."""
@@ -227,7 +227,8 @@ class ReplayMemory:
         first, last = self._sampleable_range()
         return np.maximum(last - first + 1, 0)
 
-    def _uniform_slots(self, batch_size: int) -> np.ndarray:
+    def _uniform_slots(self, batch_size: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+        """Uniformly drawn sampleable slots, with their ``_windows`` (computed once, for ``_batch`` too)."""
         counts = self._range_sizes()
         total = int(counts.sum())
         if total == 0:
@@ -235,9 +236,10 @@ class ReplayMemory:
         slots = self._range_slots(self.rng.integers(0, total, size=batch_size), counts)
         # Only the rare last steps of frame-limited games fail inside the range: redraw them.
         for _ in range(1000):
-            rejected = ~self.sampleable(slots)
+            windows = self._windows(slots)
+            rejected = ~windows[0]
             if not rejected.any():
-                return slots
+                return slots, windows
             slots[rejected] = self._range_slots(self.rng.integers(0, total, size=int(rejected.sum())), counts)
         raise RuntimeError("could not draw sampleable transitions; are all games cut by the frame limit?")
 
@@ -249,11 +251,11 @@ class ReplayMemory:
         position = first[stream] + draws - (ends[stream] - counts[stream])
         return stream * self.stripe + (self._oldest()[stream] + position) % self.stripe
 
-    def _batch(self, slots: np.ndarray, weights: np.ndarray) -> Batch:
+    def _batch(self, slots: np.ndarray, weights: np.ndarray, windows: tuple[np.ndarray, ...] | None = None) -> Batch:
         """Gather the batch into one host buffer (frames, then actions, returns, discounts and
         weights as float32) and move it to the device in a single transfer."""
         n = len(slots)
-        _, returns, discounts = self._windows(slots)
+        _, returns, discounts = self._windows(slots) if windows is None else windows
         frames_shape = (n, self.stack_depth + self.n_step, *self.frames.shape[1:])
         frame_bytes = math.prod(frames_shape)
         scalars_at = -(-frame_bytes // 4) * 4  # float32 alignment

@@ -145,9 +145,10 @@ def start_episodes(path: Path, step: int) -> None:
     if not path.exists():
         write_atomically(path, EPISODES_HEADER.encode())
         return
+    text = path.read_text()
     games = read_episodes(path)
-    kept = path.read_text().splitlines()[1 : 1 + int(np.sum(games[:, 0] <= step))]
-    if len(kept) < len(games) or not path.read_text().endswith("\n"):
+    kept = text.splitlines()[1 : 1 + int(np.sum(games[:, 0] <= step))]
+    if len(kept) < len(games) or not text.endswith("\n"):
         write_atomically(path, (EPISODES_HEADER + "".join(line + "\n" for line in kept)).encode())
 
 
