@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -28,9 +29,17 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from utils_config import RESUMABLE_OPTIONS, parse_config, pick_device, use_threads
+from utils_apex import ActorConfig, ActorPool, ApexError, export_weights, local_cpus_note, start_ray
+from utils_config import (
+    RESUMABLE_OPTIONS,
+    available_cpus,
+    learner_threads,
+    parse_config,
+    pick_device,
+    use_threads,
+)
 from utils_drl import Agent, CheckpointError, linear_schedule, save_checkpoint
-from utils_env import AtariEnv, FrameStack, evaluate
+from utils_env import AtariEnv, Player, evaluate
 from utils_memory import PrioritizedReplayMemory, ReplayMemory
 from utils_run import (
     EPISODES_FILE,
@@ -64,53 +73,6 @@ class Progress:
     episodes: int = 0
     wall_seconds: float = 0.0
     last_score: float = float("nan")
-
-
-class Player:
-    """Plays the training game with the agent and pushes every step into the replay memory."""
-
-    def __init__(self, env: AtariEnv, memory: ReplayMemory) -> None:  # any game with reset() and step()
-        self.env = env
-        self.memory = memory
-        self.stack = FrameStack(memory.stack_depth, memory.frames.shape[1:])
-        self.new_game()
-
-    def new_game(self) -> None:
-        self.state = self.stack.reset(self.env.reset())
-        self.first = True  # the current frame starts a game
-        self.episode_return = 0.0
-        self.episode_length = 0
-
-    def step(self, action: int) -> GameResult | None:
-        """Play one agent step; return the game's raw score and length when it ended, else None."""
-        result = self.env.step(action)
-        learning_terminal = result.terminated or result.life_lost
-        self.memory.push(self.state[-1], action, np.sign(result.reward), learning_terminal, self.first)
-        self.first = False
-        self.episode_return += result.reward
-        self.episode_length += 1
-        if result.terminated or result.truncated:
-            finished = GameResult(self.episode_return, self.episode_length)
-            self.new_game()
-            return finished
-        self.state = self.stack.push(result.frame)
-        return None
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "env": self.env.get_state(),
-            "stack": torch.from_numpy(self.state.copy()),
-            "first": self.first,
-            "episode_return": self.episode_return,
-            "episode_length": self.episode_length,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.env.set_state(state["env"])
-        self.stack.frames[:] = state["stack"].numpy()
-        self.first = state["first"]
-        self.episode_return = state["episode_return"]
-        self.episode_length = state.get("episode_length", 0)  # absent from older checkpoints
 
 
 class StopRequest:
@@ -152,6 +114,7 @@ class TrainSummary(NamedTuple):
     exit_code: int  # 0 when all steps ran, 130 when stopped by Ctrl-C, 1 when training failed
     steps: int
     learning_steps_per_second: float  # loop speed once learning started, evaluations excluded
+    updates: int = 0  # gradient steps taken in this process
 
 
 class TrainingDiverged(Exception):
@@ -218,12 +181,324 @@ def train(args: argparse.Namespace, checkpoint: dict[str, Any] | None) -> TrainS
         return TrainSummary(130, 0, math.nan)
     except TrainingDiverged as error:
         message = f"{error}; {last_checkpoint(out)}. Try a lower --lr, or a finite --grad-clip"
+    except ApexError as error:
+        message = f"{error}; {last_checkpoint(out)}"
     except (RunFolderError, RunLogError) as error:
         message = str(error)
     except OSError as error:
         message = describe_os_error(error)
     print(f"main.py: error: {message}", file=sys.stderr, flush=True)
     return TrainSummary(1, 0, math.nan)
+
+
+def run_training(args: argparse.Namespace, checkpoint: dict[str, Any] | None, stop: StopRequest) -> TrainSummary:
+    run = Trainer(args, checkpoint, stop)
+    try:
+        if not args.actors:
+            run.begin(refill=lambda count: refill_by_playing(run, count))
+            play_and_learn(run)
+            return run.finish()
+        started_ray = start_ray(args.ray_address, max(args.actors, available_cpus()))
+        config = ActorConfig(
+            args.env,
+            args.seed,
+            args.sticky_actions,
+            args.max_episode_frames,
+            args.n_step,
+            args.gamma,
+            args.double,
+            args.dueling,
+            args.chunk_steps,
+            args.weights_every,
+            td_errors=args.prioritized,
+        )
+        pool = ActorPool(config, args.actors, args.actor_timeout, report=tqdm.write)
+        try:
+            pool.publish(export_weights(run.agent.online, run.progress.step))
+            run.begin(refill=lambda count: refill_from_actors(run, pool, count))
+            learn_from_actors(run, pool)
+        except ApexError:
+            run.save_interrupted()
+            raise
+        finally:
+            pool.close(shutdown=started_ray)
+        return run.finish()
+    finally:
+        run.close()
+
+
+def play_and_learn(run: Trainer) -> None:
+    """Nature DQN: this process plays epsilon-greedy, annealing epsilon, and learns every
+    --train-every steps from the replay memory."""
+    args, agent, player, progress = run.args, run.agent, run.player, run.progress
+    while progress.step < args.steps and not run.stop.requested:
+        epsilon = linear_schedule(progress.step, args.eps_start, args.eps_end, args.eps_decay_steps)
+        game = player.step(agent.act(player.state, epsilon))  # pushes the step into the memory
+        run.step_done(game, epsilon, learn=True)
+
+
+def learn_from_actors(run: Trainer, pool: ActorPool) -> None:
+    """Ape-X: the actors play, each with its own epsilon; each of their steps goes into the
+    actor's stream of the replay memory and counts as a training step. With --replay-ratio
+    fixed the learner learns every --train-every steps, as the single loop does, and waits for
+    steps when it is ahead; with free it learns whenever no steps are waiting. The actors get
+    the newest weights every --weights-every steps."""
+    args, progress = run.args, run.progress
+    published = progress.step
+    while progress.step < args.steps and not run.stop.requested:
+        learning = args.replay_ratio == "free" and progress.step > args.learning_starts
+        chunk = pool.next_chunk(wait=not learning)
+        run.status["actors"] = pool.live
+        for index in range(len(chunk) if chunk else 0):
+            if progress.step >= args.steps or run.stop.requested:
+                break
+            chunk.push(run.memory, index)
+            run.step_done(chunk.games.get(index), chunk.epsilon, learn=args.replay_ratio == "fixed")
+        if learning:
+            run.learn()
+        if progress.step - published >= args.weights_every:
+            pool.publish(export_weights(run.agent.online, progress.step))
+            published = progress.step
+
+
+def refill_by_playing(run: Trainer, count: int) -> None:
+    """Play ``count`` steps into the memory with the current policy, not counted as training."""
+    args, agent, player = run.args, run.agent, run.player
+    epsilon = linear_schedule(run.progress.step, args.eps_start, args.eps_end, args.eps_decay_steps)
+    player.new_game()  # an empty memory must start with the first frame of a game
+    for _ in tqdm(range(count), desc="refilling replay memory", unit="step", mininterval=1.0):
+        if run.stop.requested:
+            break
+        player.step(agent.act(player.state, epsilon))
+
+
+def refill_from_actors(run: Trainer, pool: ActorPool, count: int) -> None:
+    """Push the actors' steps into the memory until it holds ``count``, not counted as training."""
+    with tqdm(total=count, desc="refilling replay memory", unit="step", mininterval=1.0) as bar:
+        while len(run.memory) < count and not run.stop.requested:
+            chunk = pool.next_chunk(wait=True)
+            for index in range(len(chunk) if chunk else 0):
+                chunk.push(run.memory, index)
+            bar.update(len(chunk) if chunk else 0)
+
+
+class Trainer:
+    """The learner's side of a run, the same for the single loop and Ape-X: the agent and the
+    replay memory, the run folder's checkpoints and logs, and what each agent step brings
+    (learning on schedule, target syncs, evaluations, the progress bar)."""
+
+    def __init__(self, args: argparse.Namespace, checkpoint: dict[str, Any] | None, stop: StopRequest) -> None:
+        self.args, self.stop, self.checkpoint = args, stop, checkpoint
+        self.out = out = Path(args.out)
+        remove_leftovers(out)
+        device = pick_device(args.device)
+        threads = use_threads(learner_threads(args))
+        print(f"Run folder: {out}  ({args.env}, device {device}, {threads} CPU threads)", flush=True)
+        if args.actors and args.ray_address is None:
+            note = local_cpus_note(args.actors, available_cpus())
+            if note:
+                print(f"Note: {note}", flush=True)
+        env = AtariEnv(args.env, args.seed, args.sticky_actions, args.max_episode_frames)
+        self.agent = Agent(
+            env.n_actions,
+            device,
+            lr=args.lr,
+            adam_eps=args.adam_eps,
+            loss=args.loss,
+            grad_clip=args.grad_clip,
+            double=args.double,
+            dueling=args.dueling,
+            seed=args.seed,
+        )
+        # A checkpoint holds the online and target weights and Adam's two moments.
+        check_free_space(out, 4 * sum(p.numel() * p.element_size() for p in self.agent.online.parameters()))
+        memory_type = PrioritizedReplayMemory if args.prioritized else ReplayMemory
+        options = {"alpha": args.alpha, "priority_eps": args.priority_eps} if args.prioritized else {}
+        self.memory = memory_type(
+            args.memory_size,
+            device=device,
+            seed=args.seed,
+            n_step=args.n_step,
+            gamma=args.gamma,
+            streams=max(1, args.actors),  # Ape-X: one stream per actor
+            **options,
+        )
+        self.player = None if args.actors else Player(env, self.memory)  # Ape-X: the actors play
+        self.progress = Progress()
+        self.updates = 0  # gradient steps taken in this process
+        self.loss = self.mean_q = math.nan
+        self.beta = args.beta0
+        self.status: dict[str, Any] = {}  # shown on the progress bar: what the loop knows beyond the steps
+        self.started, self.wall_base, self.evaluation_seconds = time.perf_counter(), 0.0, 0.0
+        if checkpoint is not None:
+            self.progress = Progress(**checkpoint["run"])
+            self.agent.load_state_dict(checkpoint["agent"])
+            if self.player and checkpoint["player"] is not None:
+                self.player.load_state_dict(checkpoint["player"])
+            torch.set_rng_state(checkpoint["torch_rng"])
+            self.wall_base = self.progress.wall_seconds
+            for note in reconcile_with_checkpoint(out, checkpoint):
+                print(f"Note: {note}", flush=True)
+        self.saved_step = self.progress.step
+        start_episodes(out / EPISODES_FILE, self.progress.step)
+        self.writer = open_tensorboard(out) if args.tensorboard else None
+        self.bar: tqdm | None = None
+
+    def loop_clock(self) -> float:
+        """Seconds of training so far in this process, evaluations left out, for steps/s."""
+        return time.perf_counter() - self.evaluation_seconds
+
+    def begin(self, refill: Callable[[int], None]) -> None:
+        """Evaluate the untrained network (rewards.txt line 0), or on a resume restore the replay
+        memory (``refill(count)`` puts ``count`` steps in it when the saved one cannot be used)."""
+        if self.checkpoint is None:
+            self.evaluate_and_save()
+        else:
+            self.restore_memory(refill)
+        self.learning_mark = self.log_mark = (self.progress.step, self.loop_clock())  # (step, clock) for steps/s
+        self.rate_mark = (self.progress.step, self.updates, time.perf_counter())  # for the bar's Ape-X figures
+        self.bar = tqdm(
+            total=self.args.steps, initial=self.progress.step, unit="step", dynamic_ncols=True, mininterval=1.0
+        )
+
+    def step_done(self, game: GameResult | None, epsilon: float, learn: bool) -> None:
+        """Count one agent step just pushed into the memory (``game``: the game it ended), and do
+        what falls due at it: a gradient step (when ``learn``), a target sync, an evaluation."""
+        args, progress = self.args, self.progress
+        progress.step += 1
+        if game is not None:
+            progress.episodes += 1
+            append_line(self.out / EPISODES_FILE, episode_line(progress.step, game, epsilon))
+            if self.writer:
+                self.writer.add_scalar("train/episode_score", game.score, progress.step)
+                self.writer.add_scalar("train/episode_length", game.length, progress.step)
+        if learn and progress.step > args.learning_starts and progress.step % args.train_every == 0:
+            self.learn()
+        if progress.step % args.target_every == 0:
+            self.agent.sync_target()
+        if progress.step == args.learning_starts:
+            self.learning_mark = (progress.step, self.loop_clock())
+        if progress.step % args.eval_every == 0:
+            self.evaluate_and_save()
+        self.bar.update()
+        if progress.step % 100 == 0:
+            self.show_progress(epsilon)
+
+    def learn(self) -> None:
+        """One gradient step on a sampled batch, and the priorities of its transitions."""
+        step = self.progress.step
+        self.beta = linear_schedule(step, self.args.beta0, 1.0, self.args.steps)
+        batch = self.memory.sample(self.args.batch_size, self.beta)
+        result = self.agent.learn(batch)
+        if not math.isfinite(result.loss):
+            raise TrainingDiverged(f"training diverged: the loss became {result.loss} at step {step}")
+        self.memory.update_priorities(batch.indices, result.td_errors)
+        self.updates += 1
+        self.loss = result.loss if math.isnan(self.loss) else 0.99 * self.loss + 0.01 * result.loss
+        self.mean_q = result.mean_q if math.isnan(self.mean_q) else 0.99 * self.mean_q + 0.01 * result.mean_q
+
+    def show_progress(self, epsilon: float) -> None:
+        progress = self.progress
+        postfix = {"loss": f"{self.loss:.4f}", "episodes": progress.episodes}
+        if not self.args.actors:
+            postfix["eps"] = f"{epsilon:.3f}"
+        else:  # each actor has its own epsilon; env steps/s is the bar's own rate
+            step, updates, clock = self.rate_mark
+            now = time.perf_counter()
+            postfix["updates/s"] = f"{(self.updates - updates) / (now - clock):.1f}"
+            postfix["ratio"] = f"{(self.updates - updates) / (progress.step - step):.3f}"
+            self.rate_mark = (progress.step, self.updates, now)
+        self.bar.set_postfix(**postfix, **self.status, eval=progress.last_score, refresh=False)
+        if self.writer:
+            now = self.loop_clock()
+            scalars = {"epsilon": epsilon, "loss": self.loss, "mean_q": self.mean_q}
+            scalars["steps_per_second"] = (progress.step - self.log_mark[0]) / (now - self.log_mark[1])
+            if self.args.prioritized:
+                scalars["beta"] = self.beta
+            for name, value in scalars.items():
+                self.writer.add_scalar(f"train/{name}", value, progress.step)
+            self.log_mark = (progress.step, now)
+
+    def save(self, path: Path, line: str | None) -> None:
+        args, progress = self.args, self.progress
+        if not self.agent.weights_finite():
+            raise TrainingDiverged(f"training diverged: the weights are no longer finite at step {progress.step}")
+        if args.save_memory:
+            save_memory(self.out / MEMORY_FILE, self.memory.state_dict(), progress.step, learning_config(args))
+        progress.wall_seconds = self.wall_base + time.perf_counter() - self.started
+        config = {k: v for k, v in vars(args).items() if k != "resume"}
+        save_checkpoint(
+            path,
+            {
+                "config": config,
+                "run": asdict(progress),
+                "agent": self.agent.state_dict(),
+                "player": self.player.state_dict() if self.player else None,  # Ape-X: actors start new games
+                "torch_rng": torch.get_rng_state(),
+                "rewards_line": line,
+            },
+        )
+        self.saved_step = progress.step
+
+    def save_interrupted(self) -> None:
+        if self.progress.step > self.saved_step:  # else the last checkpoint already holds this state
+            self.save(self.out / INTERRUPTED_CHECKPOINT, None)
+
+    def evaluate_and_save(self) -> None:
+        evaluation_start = time.perf_counter()
+        progress = self.progress
+        index = progress.evaluations
+        result = run_evaluation(self.args, self.agent, index, self.out)
+        progress.evaluations += 1
+        progress.last_score = float(np.mean(result.scores))
+        if self.writer:
+            self.writer.add_scalar("eval/score", progress.last_score, progress.step)
+        line = rewards_line(index, progress.step, result, self.wall_base + time.perf_counter() - self.started)
+        self.save(self.out / f"model_{index:03d}.pt", line)  # the checkpoint first: it carries the line
+        append_line(self.out / REWARDS_FILE, line)
+        self.evaluation_seconds += time.perf_counter() - evaluation_start
+
+    def restore_memory(self, refill: Callable[[int], None]) -> None:
+        """Reload the saved replay memory if it belongs to the checkpoint, else refill it with
+        ``learning_starts`` steps of the current policy (not counted as training steps)."""
+        args, memory, out = self.args, self.memory, self.out
+        state, reason = load_memory(out / MEMORY_FILE, self.progress.step, learning_config(args))
+        if state is not None:
+            try:
+                memory.load_state_dict(state)
+            except (ValueError, KeyError, RuntimeError) as error:
+                reason = f"{out / MEMORY_FILE} cannot be used ({error})"
+            else:
+                if len(memory) or self.player is None or self.player.first:  # Ape-X actors start new games
+                    return
+                reason = f"{out / MEMORY_FILE} is empty, but the checkpoint is in the middle of a game"
+        if reason:
+            print(f"Note: {reason}; refilling the replay memory instead", flush=True)
+        refill(args.learning_starts)
+
+    def finish(self) -> TrainSummary:
+        """Close the loop: a checkpoint when stopped, else a last evaluation; the summary."""
+        self.close()
+        progress = self.progress
+        first_step, first_time = self.learning_mark
+        learning_sps = (
+            (progress.step - first_step) / (self.loop_clock() - first_time) if progress.step > first_step else math.nan
+        )
+        if self.stop.requested:
+            self.save_interrupted()
+            print(f"Interrupted at step {progress.step}; continue with: python main.py --resume {self.out}", flush=True)
+            return TrainSummary(130, progress.step, learning_sps, self.updates)
+        if progress.step % self.args.eval_every != 0:
+            self.evaluate_and_save()  # the final policy always gets a line
+        print(f"Done: {progress.step} steps, last evaluation score {progress.last_score:.1f}", flush=True)
+        return TrainSummary(0, progress.step, learning_sps, self.updates)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        if self.writer:
+            self.writer.close()
+            self.writer = None
 
 
 def last_checkpoint(out: Path) -> str:
@@ -239,196 +514,10 @@ def learning_config(args: argparse.Namespace) -> dict[str, Any]:
     return {k: v for k, v in vars(args).items() if k not in RESUMABLE_OPTIONS | {"out", "evaluate"}}
 
 
-def run_training(args: argparse.Namespace, checkpoint: dict[str, Any] | None, stop: StopRequest) -> TrainSummary:
-    out = Path(args.out)
-    remove_leftovers(out)
-    device = pick_device(args.device)
-    use_threads(args.threads)
-    print(f"Run folder: {out}  ({args.env}, device {device}, {torch.get_num_threads()} CPU threads)", flush=True)
-
-    env = AtariEnv(args.env, args.seed, args.sticky_actions, args.max_episode_frames)
-    agent = Agent(
-        env.n_actions,
-        device,
-        lr=args.lr,
-        adam_eps=args.adam_eps,
-        loss=args.loss,
-        grad_clip=args.grad_clip,
-        double=args.double,
-        dueling=args.dueling,
-        seed=args.seed,
-    )
-    # A checkpoint holds the online and target weights and Adam's two moments.
-    check_free_space(out, 4 * sum(p.numel() * p.element_size() for p in agent.online.parameters()))
-    memory_type = PrioritizedReplayMemory if args.prioritized else ReplayMemory
-    options = {"alpha": args.alpha, "priority_eps": args.priority_eps} if args.prioritized else {}
-    memory = memory_type(
-        args.memory_size, device=device, seed=args.seed, n_step=args.n_step, gamma=args.gamma, **options
-    )
-    player = Player(env, memory)
-    progress = Progress()
-    rewards_path = out / REWARDS_FILE
-    episodes_path = out / EPISODES_FILE
-
-    def save(path: Path, line: str | None) -> None:
-        nonlocal saved_step
-        if not agent.weights_finite():
-            raise TrainingDiverged(f"training diverged: the weights are no longer finite at step {progress.step}")
-        if args.save_memory:
-            save_memory(out / MEMORY_FILE, memory.state_dict(), progress.step, learning_config(args))
-        progress.wall_seconds = wall_base + time.perf_counter() - started
-        config = {k: v for k, v in vars(args).items() if k != "resume"}
-        save_checkpoint(
-            path,
-            {
-                "config": config,
-                "run": asdict(progress),
-                "agent": agent.state_dict(),
-                "player": player.state_dict(),
-                "torch_rng": torch.get_rng_state(),
-                "rewards_line": line,
-            },
-        )
-        saved_step = progress.step
-
-    def evaluate_and_save() -> None:
-        nonlocal evaluation_seconds
-        evaluation_start = time.perf_counter()
-        index = progress.evaluations
-        result = run_evaluation(args, agent, index, out)
-        progress.evaluations += 1
-        progress.last_score = float(np.mean(result.scores))
-        if writer:
-            writer.add_scalar("eval/score", progress.last_score, progress.step)
-        line = rewards_line(index, progress.step, result, wall_base + time.perf_counter() - started)
-        save(out / f"model_{index:03d}.pt", line)  # the checkpoint first: it carries the line
-        append_line(rewards_path, line)
-        evaluation_seconds += time.perf_counter() - evaluation_start
-
-    started, wall_base, evaluation_seconds, saved_step = time.perf_counter(), 0.0, 0.0, 0
-
-    def loop_clock() -> float:
-        """Seconds of training so far in this process, evaluations left out, for steps/s."""
-        return time.perf_counter() - evaluation_seconds
-
-    if checkpoint is not None:
-        progress = Progress(**checkpoint["run"])
-        saved_step = progress.step
-        agent.load_state_dict(checkpoint["agent"])
-        player.load_state_dict(checkpoint["player"])
-        torch.set_rng_state(checkpoint["torch_rng"])
-        wall_base = progress.wall_seconds
-        for note in reconcile_with_checkpoint(out, checkpoint):
-            print(f"Note: {note}", flush=True)
-    start_episodes(episodes_path, progress.step)
-    writer = open_tensorboard(out) if args.tensorboard else None
-    if checkpoint is None:
-        evaluate_and_save()  # line 0: the untrained network's score
-    else:
-        restore_memory(args, out, progress, memory, agent, player, stop)
-
-    loss = mean_q = float("nan")
-    beta = args.beta0
-    log_mark = learning_mark = (progress.step, loop_clock())  # (step, loop clock) to measure steps/s from
-    bar = tqdm(total=args.steps, initial=progress.step, unit="step", dynamic_ncols=True, mininterval=1.0)
-    try:
-        while progress.step < args.steps and not stop.requested:
-            epsilon = linear_schedule(progress.step, args.eps_start, args.eps_end, args.eps_decay_steps)
-            game = player.step(agent.act(player.state, epsilon))
-            progress.step += 1
-            if game is not None:
-                progress.episodes += 1
-                append_line(episodes_path, episode_line(progress.step, game, epsilon))
-                if writer:
-                    writer.add_scalar("train/episode_score", game.score, progress.step)
-                    writer.add_scalar("train/episode_length", game.length, progress.step)
-            if progress.step > args.learning_starts and progress.step % args.train_every == 0:
-                beta = linear_schedule(progress.step, args.beta0, 1.0, args.steps)
-                batch = memory.sample(args.batch_size, beta)
-                result = agent.learn(batch)
-                if not math.isfinite(result.loss):
-                    raise TrainingDiverged(f"training diverged: the loss became {result.loss} at step {progress.step}")
-                memory.update_priorities(batch.indices, result.td_errors)
-                loss = result.loss if np.isnan(loss) else 0.99 * loss + 0.01 * result.loss
-                mean_q = result.mean_q if np.isnan(mean_q) else 0.99 * mean_q + 0.01 * result.mean_q
-            if progress.step % args.target_every == 0:
-                agent.sync_target()
-            if progress.step == args.learning_starts:
-                learning_mark = (progress.step, loop_clock())
-            if progress.step % args.eval_every == 0:
-                evaluate_and_save()
-            bar.update()
-            if progress.step % 100 == 0:
-                bar.set_postfix(
-                    eps=f"{epsilon:.3f}",
-                    loss=f"{loss:.4f}",
-                    episodes=progress.episodes,
-                    eval=progress.last_score,
-                    refresh=False,
-                )
-                if writer:
-                    now = loop_clock()
-                    scalars = {"epsilon": epsilon, "loss": loss, "mean_q": mean_q}
-                    scalars["steps_per_second"] = (progress.step - log_mark[0]) / (now - log_mark[1])
-                    if args.prioritized:
-                        scalars["beta"] = beta
-                    for name, value in scalars.items():
-                        writer.add_scalar(f"train/{name}", value, progress.step)
-                    log_mark = (progress.step, now)
-    finally:
-        bar.close()
-        if writer:
-            writer.close()
-    first_step, first_time = learning_mark
-    learning_sps = (
-        (progress.step - first_step) / (loop_clock() - first_time) if progress.step > first_step else math.nan
-    )
-    if stop.requested:
-        if progress.step > saved_step:  # else the last checkpoint already holds this state
-            save(out / INTERRUPTED_CHECKPOINT, None)
-        print(f"Interrupted at step {progress.step}; continue with: python main.py --resume {out}", flush=True)
-        return TrainSummary(130, progress.step, learning_sps)
-    if progress.step % args.eval_every != 0:
-        evaluate_and_save()  # the final policy always gets a line
-    print(f"Done: {progress.step} steps, last evaluation score {progress.last_score:.1f}", flush=True)
-    return TrainSummary(0, progress.step, learning_sps)
-
-
 def open_tensorboard(out: Path) -> Any:
     from torch.utils.tensorboard import SummaryWriter  # optional dependency, checked in check_values
 
     return SummaryWriter(str(out / "tensorboard"))
-
-
-def restore_memory(
-    args: argparse.Namespace,
-    out: Path,
-    progress: Progress,
-    memory: ReplayMemory,
-    agent: Agent,
-    player: Player,
-    stop: StopRequest,
-) -> None:
-    """Reload the saved replay memory if it belongs to the checkpoint, else refill it by playing
-    ``learning_starts`` steps with the current policy (not counted as training steps)."""
-    state, reason = load_memory(out / MEMORY_FILE, progress.step, learning_config(args))
-    if state is not None:
-        try:
-            memory.load_state_dict(state)
-        except (ValueError, KeyError, RuntimeError) as error:
-            reason = f"{out / MEMORY_FILE} cannot be used ({error})"
-        else:
-            if len(memory) or player.first:
-                return
-            reason = f"{out / MEMORY_FILE} is empty, but the checkpoint is in the middle of a game"
-    if reason:
-        print(f"Note: {reason}; refilling the replay memory instead", flush=True)
-    epsilon = linear_schedule(progress.step, args.eps_start, args.eps_end, args.eps_decay_steps)
-    player.new_game()  # an empty memory must start with the first frame of a game
-    for _ in tqdm(range(args.learning_starts), desc="refilling replay memory", unit="step", mininterval=1.0):
-        if stop.requested:
-            break
-        player.step(agent.act(player.state, epsilon))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,10 @@ from utils_env import FRAME_SIZE, FRAME_SKIP, STACK_DEPTH, game_name, resolve_en
 from utils_run import MEMORY_FILE, REWARDS_FILE, load_newest_checkpoint
 
 # Options that may differ when a run is resumed; all others must match the saved run.
-RESUMABLE_OPTIONS = {"steps", "device", "threads", "render", "save_memory", "tensorboard", "resume"}
+RESUMABLE_OPTIONS = {
+    "steps", "device", "threads", "render", "save_memory", "tensorboard", "resume",
+    "replay_ratio", "weights_every", "chunk_steps", "actor_timeout", "ray_address",
+}  # fmt: skip
 # Options that --evaluate takes from the user; the others come from the checkpoint.
 PLAYBACK_OPTIONS = {"evaluate", "eval_episodes", "eval_epsilon", "render", "device", "threads", "seed", "out"}
 # Up to 30 no-op frames and a FIRE start a game; 100 frames leave at least 16 agent steps to learn from.
@@ -31,9 +34,10 @@ MIN_EPISODE_FRAMES = 100
 UNIT_INTERVAL = ("gamma", "eps_start", "eps_end", "eval_epsilon", "sticky_actions", "beta0")
 POSITIVE_FLOATS = ("lr", "adam_eps", "priority_eps")
 POSITIVE_INTS = (
-    "steps", "memory_size", "batch_size", "train_every", "target_every", "eval_every", "eval_episodes", "n_step"
+    "steps", "memory_size", "batch_size", "train_every", "target_every", "eval_every", "eval_episodes", "n_step",
+    "weights_every", "chunk_steps",
 )  # fmt: skip
-NON_NEGATIVE_INTS = ("seed", "learning_starts", "eps_decay_steps")
+NON_NEGATIVE_INTS = ("seed", "learning_starts", "eps_decay_steps", "actors")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,6 +95,18 @@ def build_parser() -> argparse.ArgumentParser:
     add("--alpha", type=float, default=0.6, help="priority exponent")
     add("--beta0", type=float, default=0.4, help="initial importance-sampling exponent, annealed to 1")
     add("--priority-eps", type=float, default=1e-6, help="added to |TD error| so no priority is zero")
+    # Ape-X (Horgan et al. 2018): actor processes on Ray feed this process's learner.
+    add("--actors", type=int, default=0, help="Ape-X actor processes on Ray (0: this process plays and learns)")
+    add(
+        "--replay-ratio",
+        choices=("fixed", "free"),
+        default="fixed",
+        help="Ape-X: fixed holds one gradient step per --train-every steps; free lets actors and learner run flat out",
+    )
+    add("--weights-every", type=int, default=100, help="Ape-X: actor steps between fetches of the newest weights")
+    add("--chunk-steps", type=int, default=50, help="Ape-X: steps an actor sends at once")
+    add("--actor-timeout", type=float, default=300.0, help="Ape-X: stop when no actor delivers for this many seconds")
+    add("--ray-address", default=None, help="Ape-X: join this running Ray cluster instead of starting one here")
     # Evaluation.
     add("--eval-every", type=int, default=250_000, help="agent steps between evaluations")
     add("--eval-episodes", type=int, default=10)
@@ -208,6 +224,15 @@ def check_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         parser.error(f"--learning-starts {args.learning_starts} must be at least --batch-size {args.batch_size}")
     if args.learning_starts > args.memory_size:
         parser.error(f"--learning-starts {args.learning_starts} exceeds --memory-size {args.memory_size}")
+    if args.actors and args.evaluate is None:  # playing back an Ape-X checkpoint needs no actors
+        if importlib.util.find_spec("ray") is None:
+            parser.error("--actors runs on Ray, which is not installed: pip install 'ray>=2.40'")
+        if args.memory_size // args.actors <= STACK_DEPTH + args.n_step:
+            parser.error(f"--memory-size {args.memory_size} is too small to give each of {args.actors} actors a stream")
+        if not 0.0 < args.actor_timeout < math.inf:
+            parser.error(f"--actor-timeout must be positive and finite, got {args.actor_timeout}")
+    elif args.ray_address is not None and not args.actors:
+        parser.error("--ray-address goes with --actors N (Ape-X)")
     problem = device_problem(args.device)
     if problem:
         parser.error(f"--device {args.device}: {problem}")
@@ -290,6 +315,14 @@ def use_threads(option: str | int) -> int:
         torch.set_num_interop_threads(count)
     numba.set_num_threads(min(count, numba.config.NUMBA_NUM_THREADS))
     return count
+
+
+def learner_threads(args: argparse.Namespace) -> str | int:
+    """The --threads of the learner: with Ape-X actors on this machine and ``auto``, the available
+    CPUs less one per actor (each actor runs one thread), and at least one."""
+    if args.actors and args.ray_address is None and args.threads == "auto":
+        return max(1, available_cpus() - args.actors)
+    return args.threads
 
 
 def physical_memory() -> int:

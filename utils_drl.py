@@ -86,9 +86,14 @@ class Agent:
                 next_q = next_q_target.max(dim=1).values
             return batch.returns + batch.discounts * next_q
 
+    def td_errors(self, batch: Batch) -> np.ndarray:
+        """|target - Q(s, a)| of each transition, as ``learn`` computes it, without learning."""
+        with torch.no_grad():
+            return (self.td_targets(batch) - self._taken_q(batch)).abs().cpu().numpy()
+
     def learn(self, batch: Batch) -> LearnResult:
         """One gradient step on the importance-weighted TD loss."""
-        q = self.online(batch.states).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
+        q = self._taken_q(batch)
         targets = self.td_targets(batch)
         loss = (batch.weights * self.loss_function(q, targets, reduction="none")).mean()
         self.optimizer.zero_grad(set_to_none=True)
@@ -97,6 +102,9 @@ class Agent:
         self.optimizer.step()
         td_errors = (targets - q.detach()).abs().cpu().numpy()
         return LearnResult(loss.item(), q.detach().mean().item(), td_errors)
+
+    def _taken_q(self, batch: Batch) -> torch.Tensor:
+        return self.online(batch.states).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
 
     def weights_finite(self) -> bool:
         return all(bool(torch.isfinite(weights).all()) for weights in self.online.parameters())

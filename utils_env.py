@@ -20,7 +20,7 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ale_py
 import gymnasium as gym
@@ -28,7 +28,10 @@ import numpy as np
 import torch
 from PIL import Image
 
-from utils_types import EvalResult, StepResult
+from utils_types import EvalResult, GameResult, StepResult
+
+if TYPE_CHECKING:
+    from utils_memory import ReplayMemory
 
 gym.register_envs(ale_py)
 
@@ -203,6 +206,53 @@ class FrameStack:
         self.frames[:-1] = self.frames[1:]
         self.frames[-1] = frame
         return self.frames
+
+
+class Player:
+    """Plays the training game with the agent and pushes every step into the replay memory."""
+
+    def __init__(self, env: AtariEnv, memory: ReplayMemory) -> None:  # any game with reset() and step()
+        self.env = env
+        self.memory = memory
+        self.stack = FrameStack(memory.stack_depth, memory.frame_shape)
+        self.new_game()
+
+    def new_game(self) -> None:
+        self.state = self.stack.reset(self.env.reset())
+        self.first = True  # the current frame starts a game
+        self.episode_return = 0.0
+        self.episode_length = 0
+
+    def step(self, action: int) -> GameResult | None:
+        """Play one agent step; return the game's raw score and length when it ended, else None."""
+        result = self.env.step(action)
+        learning_terminal = result.terminated or result.life_lost
+        self.memory.push(self.state[-1], action, np.sign(result.reward), learning_terminal, self.first)
+        self.first = False
+        self.episode_return += result.reward
+        self.episode_length += 1
+        if result.terminated or result.truncated:
+            finished = GameResult(self.episode_return, self.episode_length)
+            self.new_game()
+            return finished
+        self.state = self.stack.push(result.frame)
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "env": self.env.get_state(),
+            "stack": torch.from_numpy(self.state.copy()),
+            "first": self.first,
+            "episode_return": self.episode_return,
+            "episode_length": self.episode_length,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.env.set_state(state["env"])
+        self.stack.frames[:] = state["stack"].numpy()
+        self.first = state["first"]
+        self.episode_return = state["episode_return"]
+        self.episode_length = state.get("episode_length", 0)  # absent from older checkpoints
 
 
 def evaluate(

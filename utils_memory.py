@@ -95,8 +95,23 @@ class ReplayMemory:
         """Bytes of all arrays this memory allocated (grows in subclasses that add some)."""
         return sum(getattr(self, name).nbytes for name in self._arrays)
 
-    def push(self, frame: np.ndarray, action: int, reward: float, done: bool, first: bool, stream: int = 0) -> int:
-        """Store one step of ``stream``; ``first`` marks the first frame of a game. Returns the slot."""
+    @property
+    def frame_shape(self) -> tuple[int, ...]:
+        return self.frames.shape[1:]
+
+    def push(
+        self,
+        frame: np.ndarray,
+        action: int,
+        reward: float,
+        done: bool,
+        first: bool,
+        stream: int = 0,
+        td_error: float = math.nan,
+    ) -> int:
+        """Store one step of ``stream``; ``first`` marks the first frame of a game. Returns the slot.
+        ``td_error``, the transition's TD error where the player knows it, only matters to the
+        prioritized memory."""
         size, cursor = int(self.sizes[stream]), int(self.cursors[stream])
         if size == 0 and not first:
             raise ValueError("the first step stored must start a game (first=True)")
@@ -151,6 +166,10 @@ class ReplayMemory:
 
     def update_priorities(self, slots: np.ndarray, td_errors: np.ndarray) -> None:
         """Uniform replay has no priorities; present so both memories share one interface."""
+
+    def transitions(self, slots: np.ndarray) -> Batch:
+        """The transitions of these sampleable ``slots``, as a batch with weights 1."""
+        return self._batch(slots, np.ones(len(slots), dtype=np.float32))
 
     def stack_slots(self, slots: np.ndarray) -> np.ndarray:
         """(B, depth + n) frame slots, oldest first: the state is [:, :depth], the next state
@@ -383,7 +402,8 @@ class PrioritizedReplayMemory(ReplayMemory):
     Slot i is drawn with probability p_i / sum(p), p_i = (|TD error_i| + priority_eps) ** alpha,
     from a sum tree whose leaf is 0 exactly where a slot is not ``sampleable``, so the uniform
     memory's rule alone decides what may be drawn. New transitions get ``max_priority``, so
-    each is likely replayed soon after it arrives, before its TD error is known.
+    each is likely replayed soon after it arrives, before its TD error is known; a transition
+    pushed with its TD error (Ape-X actors compute it) gets the priority of that error instead.
 
     ``max_priority`` rises at once with any larger priority written by ``update_priorities``,
     and every ``MAX_PRIORITY_PERIOD`` calls it is reset to the largest priority written during
@@ -406,6 +426,8 @@ class PrioritizedReplayMemory(ReplayMemory):
         self.max_priority = 1.0
         self.priority_updates = 0  # calls of update_priorities so far
         self.window_max_priority = 0.0  # largest priority written in the current period
+        # Per slot: the TD error it was pushed with (nan: unknown), the leaf it gets once sampleable.
+        self.initial_td_errors = np.full(self.capacity, np.nan, dtype=np.float32)
         # A push at slot s changes whether these slots are sampleable: s - n .. s - 1 get one
         # more frame of their windows, s becomes the newest, and once the memory is full
         # s + 1 .. s + depth - 1 become the oldest, whose stacks reach into overwritten frames.
@@ -413,13 +435,29 @@ class PrioritizedReplayMemory(ReplayMemory):
 
     @property
     def nbytes(self) -> int:
-        return super().nbytes + self.tree.nbytes
+        return super().nbytes + self.tree.nbytes + self.initial_td_errors.nbytes
 
-    def push(self, frame: np.ndarray, action: int, reward: float, done: bool, first: bool, stream: int = 0) -> int:
+    def priority(self, td_errors: np.ndarray) -> np.ndarray:
+        """(|TD error| + priority_eps) ** alpha, as float64."""
+        return (np.abs(np.asarray(td_errors, dtype=np.float64)) + self.priority_eps) ** self.alpha
+
+    def push(
+        self,
+        frame: np.ndarray,
+        action: int,
+        reward: float,
+        done: bool,
+        first: bool,
+        stream: int = 0,
+        td_error: float = math.nan,
+    ) -> int:
         """Store one step like ``ReplayMemory.push`` and refresh the leaves it affects."""
         slot = super().push(frame, action, reward, done, first, stream)
+        self.initial_td_errors[slot] = td_error
         affected = self._shift(np.full(len(self._push_offsets), slot), self._push_offsets)
-        self.tree.update(affected, np.where(self.sampleable(affected), self.max_priority, 0.0))
+        known = self.initial_td_errors[affected]
+        initial = np.where(np.isnan(known), self.max_priority, self.priority(known))
+        self.tree.update(affected, np.where(self.sampleable(affected), initial, 0.0))
         return slot
 
     def sample(self, batch_size: int, beta: float = 1.0) -> Batch:
@@ -443,7 +481,7 @@ class PrioritizedReplayMemory(ReplayMemory):
         """Set the priorities of sampled ``slots`` from their TD errors. A slot that stopped
         being sampleable since it was drawn (pushes in between) keeps its zero leaf."""
         slots = np.asarray(slots, dtype=np.int64)
-        priorities = (np.abs(np.asarray(td_errors, dtype=np.float64)) + self.priority_eps) ** self.alpha
+        priorities = self.priority(td_errors)
         alive = self.tree.leaves[slots] > 0
         slots, priorities = slots[alive], priorities[alive]
         self.tree.update(slots, priorities)
@@ -462,6 +500,7 @@ class PrioritizedReplayMemory(ReplayMemory):
         return {
             **super().state_dict(),
             "priorities": torch.from_numpy(self.tree.leaves[self._filled_slots()]),
+            "initial_td_errors": torch.from_numpy(self.initial_td_errors[self._filled_slots()]),
             "max_priority": self.max_priority,
             "priority_updates": self.priority_updates,
             "window_max_priority": self.window_max_priority,
@@ -469,12 +508,16 @@ class PrioritizedReplayMemory(ReplayMemory):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         priorities = state["priorities"].numpy()
+        filled = len(state["frames"])
+        initial_td_errors = state.get("initial_td_errors", torch.full((filled,), math.nan)).numpy()
         counters = (float(state["max_priority"]), int(state["priority_updates"]), float(state["window_max_priority"]))
-        if len(priorities) != len(state["frames"]):
+        if not len(priorities) == len(initial_td_errors) == filled:
             raise ValueError("the saved priorities do not match the saved transitions")
         super().load_state_dict(state)
         leaves = self.tree.leaves
         leaves[:] = 0.0  # slots that hold no step
         leaves[self._filled_slots()] = priorities
+        self.initial_td_errors[:] = np.nan
+        self.initial_td_errors[self._filled_slots()] = initial_td_errors
         self.tree.rebuild()
         self.max_priority, self.priority_updates, self.window_max_priority = counters

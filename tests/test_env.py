@@ -4,8 +4,7 @@ training and evaluation."""
 import numpy as np
 import pytest
 
-from main import Player
-from utils_env import FRAME_SIZE, AtariEnv, evaluate, resolve_env_id
+from utils_env import FRAME_SIZE, AtariEnv, Player, evaluate, resolve_env_id
 from utils_memory import ReplayMemory
 
 

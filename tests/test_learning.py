@@ -4,9 +4,8 @@ import numpy as np
 import pytest
 
 from catch import FRAME_SIZE, Catch
-from main import Player
 from utils_drl import Agent, linear_schedule
-from utils_env import FrameStack
+from utils_env import FrameStack, Player
 from utils_memory import PrioritizedReplayMemory, ReplayMemory
 
 STEPS = 3000

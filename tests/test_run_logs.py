@@ -8,8 +8,8 @@ import pytest
 
 import bench
 import plot
-from main import Player
 from utils_drl import save_checkpoint
+from utils_env import Player
 from utils_memory import ReplayMemory
 from utils_run import EPISODES_HEADER, RunLogError, episode_line, read_episodes, start_episodes
 from utils_types import GameResult, StepResult

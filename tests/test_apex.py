@@ -1,0 +1,177 @@
+"""Ape-X: the epsilon ladder, actors' chunks against the learner's own view of them, and runs of
+two actors on Ray (outputs, resume, an actor killed mid-run, all actors lost)."""
+
+import threading
+import time
+from typing import ClassVar
+
+import numpy as np
+import pytest
+import torch
+from test_main import games, rewards
+
+import main
+import utils_apex
+import utils_config
+from utils_apex import Actor, ActorConfig, actor_epsilons, export_weights
+from utils_drl import Agent, load_checkpoint
+from utils_memory import PrioritizedReplayMemory
+
+ray = pytest.importorskip("ray")
+
+APEX = [
+    "--env", "Pong", "--actors", "2", "--learning-starts", "200", "--memory-size", "2000", "--eval-episodes", "1",
+    "--max-episode-frames", "400", "--target-every", "100", "--chunk-steps", "20", "--batch-size", "16",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray for every test here (starting one takes seconds); main.py then uses it."""
+    utils_apex.start_ray(None, cpus=2)
+    yield
+    ray.shutdown()
+
+
+class RecordingPool(utils_apex.ActorPool):
+    """The pool main.py starts, kept where a test can reach it."""
+
+    started: ClassVar[list["RecordingPool"]] = []
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        RecordingPool.started.append(self)
+
+
+@pytest.fixture
+def pools(monkeypatch):
+    RecordingPool.started = []
+    monkeypatch.setattr(main, "ActorPool", RecordingPool)
+    return RecordingPool.started
+
+
+def test_epsilon_ladder():
+    assert actor_epsilons(1) == [0.4]
+    assert np.allclose(actor_epsilons(3), [0.4, 0.4**4.5, 0.4**8])
+    assert np.all(np.diff(actor_epsilons(8)) < 0)
+
+
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_chunks_rebuild_the_actors_transitions_and_td_errors_in_the_learners_memory(n_step):
+    """Chunk after chunk into one stream of a two-stream memory: the learner's stacks and
+    n-step windows, rebuilt across chunk boundaries, give exactly the TD errors the actor sent,
+    and the sum tree holds the priorities of those errors."""
+    config = ActorConfig(
+        "ALE/Pong-v5", 0, 0.0, 400, n_step, 0.99, False, False, chunk_steps=30, weights_every=1, td_errors=True
+    )
+    actor = Actor(config, index=1, count=2)
+    learner = Agent(actor.agent.n_actions, seed=5)
+    weights = export_weights(learner.online, version=0)
+    memory = PrioritizedReplayMemory(1000, n_step=n_step, streams=2)
+    sent = []
+    for _ in range(8):  # 240 steps: a game of 400 frames ends (truncated) inside them
+        chunk = actor.collect(weights)
+        assert chunk.start == len(sent) and chunk.actor == 1
+        for index in range(len(chunk)):
+            chunk.push(memory, index)
+        sent.extend(chunk.td_errors)
+    assert memory.sizes.tolist() == [0, len(sent)]
+    assert len(sent) == 8 * 30 - n_step  # the newest n steps wait for their windows
+    slots = memory.stripe + np.arange(len(sent))
+    sampleable = memory.sampleable(slots)
+    sent = np.array(sent)
+    # The newest n steps wait for the frames of their windows, which the next chunk brings.
+    assert np.array_equal(sampleable[:-n_step], ~np.isnan(sent[:-n_step]))
+    assert not (sampleable & np.isnan(sent)).any()
+    learner_errors = learner.td_errors(memory.transitions(slots[sampleable]))
+    assert np.allclose(learner_errors, sent[sampleable], atol=1e-5)
+    assert np.allclose(memory.tree.leaves[slots[sampleable]], memory.priority(sent[sampleable]))
+    assert memory.starts[slots].sum() >= 2  # a game cut by the frame limit, and the next
+
+
+def test_weights_are_taken_every_weights_every_steps():
+    config = ActorConfig("ALE/Pong-v5", 0, 0.0, 400, 1, 0.99, False, False, 20, weights_every=50, td_errors=False)
+    actor = Actor(config, 0, 1)
+    agent = Agent(actor.agent.n_actions, seed=9)
+    first, second = export_weights(agent.online, 0), export_weights(Agent(actor.agent.n_actions, seed=10).online, 1)
+    actor.collect(first)
+    assert actor.weights_version == 0
+    actor.collect(second)
+    assert actor.weights_version == 0  # 20 steps on the first weights: too few
+    actor.collect(second)
+    actor.collect(second)
+    assert actor.weights_version == 1
+    for name, value in actor.agent.target.state_dict().items():
+        assert torch.equal(value, torch.from_numpy(second.arrays[name]))
+
+
+def test_apex_run_writes_the_usual_outputs_holds_the_replay_ratio_and_resumes(tmp_path, ray_cluster, pools):
+    run = tmp_path / "run"
+    summary = main.train(
+        *utils_config.parse_config([*APEX, "--steps", "600", "--eval-every", "300", "--out", str(run)])
+    )
+    assert summary.exit_code == 0 and summary.steps == 600
+    assert summary.updates == (600 - 200) // 4  # --replay-ratio fixed: one gradient step per --train-every steps
+    assert [line[:2] for line in rewards(run)] == [(0, 0), (1, 300), (2, 600)]
+    games(run, "model_002.pt")
+    checkpoint = load_checkpoint(run / "model_002.pt")
+    assert checkpoint["player"] is None and checkpoint["config"]["actors"] == 2
+    assert pools[0].restarts == 0
+
+    summary = main.train(*utils_config.parse_config(["--resume", str(run), "--steps", "800", "--save-memory"]))
+    assert summary.exit_code == 0 and summary.steps == 800
+    assert [line[:2] for line in rewards(run)][-1] == (3, 800)
+    games(run, "model_003.pt")
+
+
+def test_an_actor_killed_mid_run_is_restarted_and_training_goes_on(tmp_path, ray_cluster, pools, capsys):
+    run = tmp_path / "run"
+
+    def kill_one_actor():
+        while not pools or pools[0]._expected[0] is None:  # until actor 0 has delivered a chunk
+            time.sleep(0.05)
+        ray.kill(pools[0].handles[0], no_restart=False)
+
+    killer = threading.Thread(target=kill_one_actor, daemon=True)
+    killer.start()
+    argv = [*APEX, "--steps", "1500", "--eval-every", "1500", "--out", str(run), "--replay-ratio", "free"]
+    summary = main.train(*utils_config.parse_config(argv))
+    killer.join(timeout=1)
+    assert summary.exit_code == 0 and summary.steps == 1500 and summary.updates > 0
+    assert pools[0].restarts >= 1 and pools[0].live == 2
+    captured = capsys.readouterr()
+    assert "actor 0 lost its chunk" in captured.out + captured.err
+
+
+def test_losing_every_actor_ends_in_one_line_with_a_checkpoint(tmp_path, ray_cluster, pools, capsys):
+    run = tmp_path / "run"
+
+    def kill_all_actors():
+        while not pools or pools[0]._expected[1] is None or main_steps() < 250:
+            time.sleep(0.05)
+        for handle in pools[0].handles:
+            ray.kill(handle, no_restart=True)
+
+    def main_steps():
+        return sum(expected[1] for expected in pools[0]._expected if expected)
+
+    killer = threading.Thread(target=kill_all_actors, daemon=True)
+    killer.start()
+    summary = main.train(
+        *utils_config.parse_config([*APEX, "--steps", "5000", "--eval-every", "5000", "--out", str(run)])
+    )
+    assert summary.exit_code == 1
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("main.py: error: every actor failed") and "model_interrupted.pt" in error
+    assert load_checkpoint(run / "model_interrupted.pt")["run"]["step"] > 0
+
+
+def test_actors_without_ray_is_one_line(monkeypatch, capsys):
+    real_find_spec = utils_config.importlib.util.find_spec
+    monkeypatch.setattr(
+        utils_config.importlib.util, "find_spec", lambda name: None if name == "ray" else real_find_spec(name)
+    )
+    with pytest.raises(SystemExit) as stopped:
+        utils_config.parse_config(["--actors", "2"])
+    assert stopped.value.code == 2
+    assert "pip install 'ray>=2.40'" in capsys.readouterr().err

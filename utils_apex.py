@@ -1,0 +1,344 @@
+"""Ape-X (Horgan et al. 2018): actors that play in Ray worker processes and feed one learner.
+
+Each actor owns one game, a CPU copy of the network with one torch thread, and its own
+epsilon from a fixed ladder. It plays ``chunk_steps`` steps per call and returns them, with
+the chunk's first-of-game flags and finished games, through Ray's object store; the learner
+(main.py) pushes each chunk into that actor's own stream of the replay memory, so stacks and
+n-step windows never mix two actors' frames.
+
+An actor sends step t only once it has played step t + n, when t's n-step window is
+complete: with ``td_errors`` it then computes t's TD error with its own network, exactly as
+the learner would (its network standing in for the target), and the prioritized memory gives
+the new transition that priority instead of the maximum.
+
+``ActorPool`` is the Ray side: it keeps ``PIPELINE`` calls in flight per actor, so an actor
+plays its next chunk while the learner takes the last one, and never more, which is the
+back-pressure that stops actors running ahead of a slow learner. A failed call's chunk is
+dropped, the actor restarted (by Ray when its process died), and the learner told in one line;
+an actor that fails more than ``MAX_FAILURES_IN_ROW`` times without delivering a chunk (about
+half a minute of retries) is given up.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from utils_drl import Agent
+from utils_env import STACK_DEPTH, AtariEnv, Player
+from utils_memory import ReplayMemory
+from utils_types import GameResult
+
+PIPELINE = 2  # calls in flight per actor: one playing, one queued behind it
+MAX_FAILURES_IN_ROW = 5
+RETRY_SECONDS = 2.0  # first wait before calling a failed actor again; the n-th failure waits n times this
+POLL_SECONDS = 1.0  # longest single wait for a chunk, so Ctrl-C and timeouts are seen promptly
+PROJECT_DIR = Path(__file__).resolve().parent
+
+
+def actor_epsilons(count: int) -> list[float]:
+    """Actor i of N explores with 0.4 ** (1 + 7 i / (N - 1)), from 0.4 down to 0.4 ** 8 (Ape-X's
+    ladder); a single actor gets 0.4."""
+    if count == 1:
+        return [0.4]
+    return [0.4 ** (1 + 7 * i / (count - 1)) for i in range(count)]
+
+
+class ApexError(Exception):
+    """Ray cannot be started or joined, or the actors are gone; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class ActorConfig:
+    env: str
+    seed: int
+    sticky_actions: float
+    max_episode_frames: int
+    n_step: int
+    gamma: float
+    double: bool
+    dueling: bool
+    chunk_steps: int
+    weights_every: int
+    td_errors: bool  # compute each transition's TD error (for prioritized replay)
+
+
+@dataclass
+class Weights:
+    """The learner's online network as numpy arrays (read without a copy from Ray's object store)."""
+
+    version: int
+    arrays: dict[str, np.ndarray]
+
+
+def export_weights(network: torch.nn.Module, version: int) -> Weights:
+    return Weights(version, {name: value.detach().cpu().numpy() for name, value in network.state_dict().items()})
+
+
+@dataclass
+class Chunk:
+    """Consecutive steps of one actor, in the replay memory's terms (see ``ReplayMemory.push``)."""
+
+    actor: int
+    process: int  # a random id of the actor process that played it: a restarted actor gets a new one
+    start: int  # how many steps that process had sent before this chunk (0: its first, a new game)
+    epsilon: float
+    frames: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    dones: np.ndarray
+    firsts: np.ndarray
+    td_errors: np.ndarray  # nan where not computed
+    games: dict[int, GameResult] = field(default_factory=dict)  # index of a game's last step -> the game
+
+    def __len__(self) -> int:
+        return len(self.actions)
+
+    def push(self, memory: ReplayMemory, index: int) -> None:
+        """Push step ``index`` into the actor's stream of ``memory``."""
+        memory.push(
+            self.frames[index],
+            int(self.actions[index]),
+            float(self.rewards[index]),
+            bool(self.dones[index]),
+            bool(self.firsts[index]),
+            stream=self.actor,
+            td_error=float(self.td_errors[index]),
+        )
+
+
+class Actor:
+    """Plays one game with epsilon-greedy actions from the newest weights it was sent."""
+
+    def __init__(self, config: ActorConfig, index: int, count: int) -> None:
+        torch.set_num_threads(1)  # the learner and the other actors have the other cores
+        self.config = config
+        self.index = index
+        self.process = int.from_bytes(os.urandom(7), "little")
+        # Seeded per process: a restarted actor plays new games rather than replaying its first ones.
+        seed = int(np.random.SeedSequence([config.seed, 2, index, self.process]).generate_state(1)[0])
+        env = AtariEnv(config.env, seed, config.sticky_actions, config.max_episode_frames)
+        self.epsilon = actor_epsilons(count)[index]
+        self.agent = Agent(env.n_actions, "cpu", double=config.double, dueling=config.dueling, seed=seed)
+        # The steps not sent yet and the 3 before them, whose frames their stacks need.
+        capacity = config.chunk_steps + config.n_step + STACK_DEPTH + 1
+        self.recent = ReplayMemory(capacity, STACK_DEPTH, n_step=config.n_step, gamma=config.gamma, seed=seed)
+        self.player = Player(env, self.recent)
+        self.played = 0
+        self.sent = 0
+        self.games: list[tuple[int, GameResult]] = []  # (step, game) of games not sent yet
+        self.weights_version = -1
+        self.steps_on_weights = 0  # steps played with the current weights
+
+    def collect(self, weights: Weights | None) -> Chunk:
+        """Take ``weights`` if they are newer and the current ones have played ``weights_every``
+        steps, play ``chunk_steps`` steps, and return every step whose n-step window is complete."""
+        if (
+            weights is not None
+            and weights.version > self.weights_version
+            and (self.weights_version < 0 or self.steps_on_weights >= self.config.weights_every)
+        ):
+            self.agent.online.load_state_dict({name: torch.from_numpy(value) for name, value in weights.arrays.items()})
+            self.agent.sync_target()
+            self.weights_version, self.steps_on_weights = weights.version, 0
+        for _ in range(self.config.chunk_steps):
+            game = self.player.step(self.agent.act(self.player.state, self.epsilon))
+            if game is not None:
+                self.games.append((self.played, game))
+            self.played += 1
+            self.steps_on_weights += 1
+        return self._send(self.played - self.config.n_step)
+
+    def _send(self, end: int) -> Chunk:
+        """The steps from ``self.sent`` to ``end`` (exclusive) as a chunk."""
+        recent = self.recent
+        slots = np.arange(self.sent, end) % recent.capacity
+        td_errors = np.full(len(slots), np.nan, dtype=np.float32)
+        if self.config.td_errors:
+            complete = recent.sampleable(slots)  # not: the last step of a game cut by the frame limit
+            if complete.any():
+                td_errors[complete] = self.agent.td_errors(recent.transitions(slots[complete]))
+        chunk = Chunk(
+            actor=self.index,
+            process=self.process,
+            start=self.sent,
+            epsilon=self.epsilon,
+            frames=recent.frames[slots],
+            actions=recent.actions[slots],
+            rewards=recent.rewards[slots],
+            dones=recent.dones[slots],
+            firsts=recent.starts[slots],
+            td_errors=td_errors,
+            games={step - self.sent: game for step, game in self.games if step < end},
+        )
+        self.games = [(step, game) for step, game in self.games if step >= end]
+        self.sent = end
+        return chunk
+
+
+def start_ray(address: str | None, cpus: int) -> bool:
+    """Start a local Ray with ``cpus`` CPUs, or join the cluster at ``address``; return whether
+    this call started it (False when this process had already). Ray's own messages are kept
+    off the terminal: the learner reports what happens to its actors itself."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if address is None:
+        path = os.pathsep.join(filter(None, [str(PROJECT_DIR), os.environ.get("PYTHONPATH")]))
+        runtime_env: dict[str, Any] = {"env_vars": {"PYTHONPATH": path}}
+    else:  # the other nodes get this folder's code (not its runs) from the cluster
+        excludes = ["runs/", ".venv/", ".git/", "docs/", "*.pt", "__pycache__/"]
+        runtime_env = {"working_dir": str(PROJECT_DIR), "excludes": excludes}
+    try:
+        ray.init(
+            address=address,
+            num_cpus=cpus if address is None else None,
+            include_dashboard=False,
+            logging_level=logging.ERROR,
+            log_to_driver=False,
+            runtime_env=runtime_env,
+        )
+    except Exception as error:  # Ray raises several types; each ends the run the same way
+        where = f"join the Ray cluster at {address}" if address else "start Ray"
+        raise ApexError(f"cannot {where}: {first_line(error)}") from error
+    return True
+
+
+def first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
+
+
+class ActorPool:
+    """``count`` actors on Ray, each with ``PIPELINE`` ``collect`` calls in flight."""
+
+    def __init__(self, config: ActorConfig, count: int, timeout: float, report: Callable[[str], None]) -> None:
+        import ray
+
+        self._ray = ray
+        remote = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=0)(Actor)
+        self.handles = [remote.remote(config, index, count) for index in range(count)]
+        self.timeout = timeout
+        self.report = report
+        self.alive = [True] * count
+        self.restarts = 0
+        self._in_flight: list[deque[tuple[Any, int]]] = [deque() for _ in range(count)]  # (ref, call number)
+        self._calls = 0
+        self._echoes_before = [0] * count  # errors of calls made before a handled failure repeat it
+        self._failures = [0] * count  # failed calls since the actor's last chunk
+        self._call_after = [0.0] * count  # monotonic time before which the actor gets no call
+        self._expected: list[tuple[int, int] | None] = [None] * count  # (process, start) of the next chunk
+        self._weights: Any = None
+        self._waiting_since: float | None = None
+
+    @property
+    def live(self) -> int:
+        return sum(self.alive)
+
+    def publish(self, weights: Weights) -> None:
+        """Put ``weights`` in the object store; calls made from now on carry them."""
+        self._weights = self._ray.put(weights)
+
+    def next_chunk(self, wait: bool) -> Chunk | None:
+        """The next chunk to arrive, each actor's in order, or None if none did (within
+        ``POLL_SECONDS`` when ``wait``, else at once) or one was lost. Raises ApexError once
+        no actor is left or none has delivered for ``timeout`` seconds of waiting."""
+        now = time.monotonic()
+        for actor, alive in enumerate(self.alive):
+            while alive and now >= self._call_after[actor] and len(self._in_flight[actor]) < PIPELINE:
+                self._call(actor)
+        if not any(self.alive):
+            raise ApexError("every actor failed; see the lines above for why")
+        heads = {queue[0][0]: actor for actor, queue in enumerate(self._in_flight) if queue}
+        ready = []
+        if heads:
+            ready, _ = self._ray.wait(list(heads), num_returns=1, timeout=POLL_SECONDS if wait else 0)
+        elif wait:  # every live actor is restarting
+            time.sleep(POLL_SECONDS)
+        if not ready:
+            if wait:
+                self._waiting_since = self._waiting_since or now
+                if time.monotonic() - self._waiting_since > self.timeout:
+                    raise ApexError(
+                        f"no actor delivered steps for {self.timeout:g} s ({self.live} of {len(self.alive)} "
+                        "actors alive); see --actor-timeout"
+                    )
+            return None
+        actor = heads[ready[0]]
+        _, call = self._in_flight[actor].popleft()
+        try:
+            chunk: Chunk = self._ray.get(ready[0])
+        except self._ray.exceptions.ActorDiedError as error:  # killed for good, or its node lost
+            self._give_up(actor, first_line(error))
+            return None
+        except self._ray.exceptions.RayActorError as error:  # the process died: Ray restarts it
+            self._failed(actor, call, first_line(error), restart=False)
+            return None
+        except self._ray.exceptions.RayError as error:  # the actor's code raised: its game may be broken
+            self._failed(actor, call, first_line(error), restart=True)
+            return None
+        if chunk.start != 0 and self._expected[actor] != (chunk.process, chunk.start):
+            # A chunk of this process was lost: the stream would join two pieces of a game.
+            self._failed(actor, call, "it skipped a chunk", restart=True)
+            return None
+        self._expected[actor] = (chunk.process, chunk.start + len(chunk))
+        self._failures[actor] = 0
+        self._waiting_since = None
+        return chunk
+
+    def _call(self, actor: int) -> None:
+        self._calls += 1
+        self._in_flight[actor].append((self.handles[actor].collect.remote(self._weights), self._calls))
+
+    def _failed(self, actor: int, call: int, reason: str, restart: bool) -> None:
+        """Handle a lost chunk: report the first loss since the actor's last chunk, restart the
+        actor where Ray does not, and wait longer before each further call to it."""
+        if call <= self._echoes_before[actor]:
+            return  # a call made before a failure already handled: the same loss again
+        self._echoes_before[actor] = self._calls
+        self._failures[actor] += 1
+        failures = self._failures[actor]
+        if failures > MAX_FAILURES_IN_ROW:
+            self._give_up(actor, f"{failures} failures without a chunk; {reason}")
+            return
+        if restart:
+            self._ray.kill(self.handles[actor], no_restart=False)
+        # Calls to an actor that is still starting fail at once: give it time, more after each failure.
+        self._call_after[actor] = time.monotonic() + RETRY_SECONDS * failures
+        if failures == 1:
+            self.restarts += 1
+            self.report(f"actor {actor} lost its chunk ({reason}); restarting it")
+
+    def _give_up(self, actor: int, reason: str) -> None:
+        self.alive[actor] = False
+        self._in_flight[actor].clear()
+        self._ray.kill(self.handles[actor], no_restart=True)
+        self.report(f"actor {actor} is gone ({reason}); going on without it")
+
+    def close(self, shutdown: bool) -> None:
+        """Stop the actors, and Ray itself when ``shutdown`` (this run started it)."""
+        if shutdown:
+            self._ray.shutdown()
+            return
+        for handle in self.handles:
+            self._ray.kill(handle, no_restart=True)
+
+
+def local_cpus_note(actors: int, cpus: int) -> str | None:
+    """A warning when the actors and the learner are more busy processes than this machine has CPUs."""
+    if actors + 1 <= cpus:
+        return None
+    return (
+        f"{actors} actors and the learner share {cpus} CPUs here: they slow each other down; "
+        f"--actors {max(1, cpus - 1)} leaves the learner a core"
+    )
