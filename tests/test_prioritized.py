@@ -338,9 +338,27 @@ def test_round_trip_over_streams_restores_leaves_in_each_stripe() -> None:
     assert_leaves_match_sampleable(restored)
 
 
-def test_nbytes_counts_the_tree() -> None:
+def test_nbytes_counts_the_tree_and_the_initial_td_errors() -> None:
     uniform = ReplayMemory(1000, frame_shape=FRAME_SHAPE)
-    assert PrioritizedReplayMemory(1000, frame_shape=FRAME_SHAPE).nbytes == uniform.nbytes + 16 * 1000
+    assert PrioritizedReplayMemory(1000, frame_shape=FRAME_SHAPE).nbytes == uniform.nbytes + (16 + 4) * 1000
+
+
+def test_a_transition_pushed_with_its_td_error_starts_at_that_priority_and_keeps_it_on_reload() -> None:
+    memory = PrioritizedReplayMemory(50, frame_shape=FRAME_SHAPE, n_step=2, alpha=0.5)
+    errors = np.arange(20, dtype=np.float32) / 10
+    for step, error in enumerate(errors):
+        known = step % 3 != 0
+        memory.push(np.zeros(FRAME_SHAPE, np.uint8), 0, 0.0, False, step == 0, td_error=error if known else np.nan)
+    slots = np.arange(18)  # the newest two wait for their windows' frames
+    assert np.all(memory.tree.leaves[18:] == 0)
+    expected = np.where(slots % 3 != 0, (errors[slots] + memory.priority_eps) ** 0.5, memory.max_priority)
+    assert np.allclose(memory.tree.leaves[slots], expected)
+    restored = PrioritizedReplayMemory(50, frame_shape=FRAME_SHAPE, n_step=2, alpha=0.5)
+    restored.load_state_dict(memory.state_dict())
+    frame = np.zeros(FRAME_SHAPE, np.uint8)
+    for copy in (memory, restored):
+        copy.push(frame, 0, 0.0, False, False, td_error=0.25)
+    assert np.array_equal(memory.tree.leaves, restored.tree.leaves) and restored.tree.leaves[18] > 0
 
 
 def test_sampling_an_unsampleable_memory_raises() -> None:
