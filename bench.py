@@ -4,6 +4,7 @@ the defaults learn Breakout beside CleanRL's reference.
     python bench.py           # a few minutes: a table
     python bench.py --json    # the same figures as one JSON object
     python bench.py --quick   # under a minute, rougher (used by the tests)
+    python bench.py --apex    # Ape-X's parts: actors, learner, object store (needs ray)
     python bench.py --learning --steps 150000 [--prioritized]   # about 25 minutes: learning speed
 
 A DQN loop on a CPU is bounded by one gradient step every ``train_every`` agent steps plus
@@ -98,9 +99,16 @@ def bench_env(env_id: str, steps: int) -> float:
 
 
 def bench_loop(
-    env_id: str, prioritized: bool, learning_starts: int, steps: int, train_every: int, threads: str | int = "auto"
+    env_id: str,
+    prioritized: bool,
+    learning_starts: int,
+    steps: int,
+    train_every: int,
+    threads: str | int = "auto",
+    extra: tuple[str, ...] | list[str] = (),
 ) -> float:
-    """The real training loop's steps/s once learning started (main.train, evaluations excluded)."""
+    """The real training loop's steps/s once learning started (main.train, evaluations excluded);
+    ``extra``: more main.py flags."""
     with tempfile.TemporaryDirectory() as folder:
         argv = [
             "--env", env_id, "--steps", str(learning_starts + steps), "--learning-starts", str(learning_starts),
@@ -110,7 +118,7 @@ def bench_loop(
         ]  # fmt: skip
         if prioritized:
             argv.append("--prioritized")
-        args, _ = parse_config(argv)
+        args, _ = parse_config([*argv, *extra])
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             return main.train(args, None).learning_steps_per_second
 
@@ -192,6 +200,53 @@ def bench_shared(env_id: str, quick: bool, train_every: int, threads: str | int 
     return figures
 
 
+def bench_apex(env_id: str, quick: bool) -> dict[str, Any]:
+    """Ape-X's parts on this machine: steps/s that 1 and 2 actors deliver with nothing else
+    running (the learner only takes their chunks), an actor's cost of computing TD errors, the
+    learner's updates/s alone, one chunk's bytes and object-store round trip, and whole Ape-X
+    runs (2 actors and the learner, fixed and free replay ratio)."""
+    import ray
+
+    from utils_apex import ActorConfig, ActorPool, Chunk, export_weights, start_ray
+
+    started = start_ray(None, max(2, available_cpus()))
+    figures: dict[str, Any] = {}
+    seconds = 5.0 if quick else 20.0
+    try:
+        for actors, td_errors in ((1, False), (2, False), (1, True)):
+            config = ActorConfig(env_id, 0, 0.0, 108_000, 1, 0.99, False, False, 50, 100, td_errors)
+            pool = ActorPool(config, actors, timeout=120.0, report=print)
+            pool.publish(export_weights(Agent(AtariEnv(env_id, 0).n_actions).online, 0))
+            chunk = None
+            while chunk is None:  # the actors' start-up is not part of their speed
+                chunk = pool.next_chunk(wait=True)
+            steps, start = 0, time.perf_counter()
+            while time.perf_counter() - start < seconds:
+                chunk = pool.next_chunk(wait=True)
+                steps += len(chunk) if chunk else 0
+            name = f"actor_sps_{actors}" + ("_td_errors" if td_errors else "")
+            figures[name] = steps / (time.perf_counter() - start)
+            pool.close(shutdown=False)
+        chunk = Chunk(
+            0, 0, 0, 0.4, np.zeros((50, 84, 84), np.uint8), np.zeros(50, np.uint8), np.zeros(50, np.float32),
+            np.zeros(50, bool), np.zeros(50, bool), np.zeros(50, np.float32),
+        )  # fmt: skip
+        figures["chunk_bytes"] = len(ray.cloudpickle.dumps(chunk))
+        figures["chunk_transfer_us_per_step"] = 1e6 * median_seconds(lambda: ray.get(ray.put(chunk)), 50) / 50
+    finally:
+        if started:
+            ray.shutdown()
+    env_id_steps = (200, 1000) if quick else (1000, 4000)
+    for ratio in ("fixed", "free"):
+        figures[f"apex_sps_2_actors_{ratio}"] = bench_loop(
+            env_id, False, *env_id_steps, 4, extra=["--actors", "2", "--replay-ratio", ratio]
+        )
+    memory = filled_memory(ReplayMemory(CAPACITY), 20_000)
+    agent = Agent(AtariEnv(env_id, 0).n_actions, pick_device("auto"))
+    figures["learner_updates_per_second"] = 1 / median_seconds(lambda: agent.learn(memory.sample(BATCH)), 20)
+    return figures
+
+
 def run(env: str, quick: bool, train_every: int, threads: str | int = "auto") -> dict[str, Any]:
     env_id = resolve_env_id(env)
     device = pick_device("auto")
@@ -262,6 +317,18 @@ ROWS = [
     ("priority_update_us", "update 32 priorities, memory (µs)", ".1f"),
     ("priority_cycle_us", "priority cycle: 4 adds + sample + update (µs)", ".1f"),
     *SHARED_ROWS,
+]
+
+
+APEX_ROWS = [
+    ("actor_sps_1", "1 actor alone, steps/s delivered", ".1f"),
+    ("actor_sps_2", "2 actors alone, steps/s delivered", ".1f"),
+    ("actor_sps_1_td_errors", "1 actor computing TD errors (--prioritized)", ".1f"),
+    ("learner_updates_per_second", "learner alone: sample + learn, batch 32 (updates/s)", ".1f"),
+    ("chunk_bytes", "one chunk of 50 steps (bytes)", ".0f"),
+    ("chunk_transfer_us_per_step", "object store put + get, per step (µs)", ".1f"),
+    ("apex_sps_2_actors_fixed", "Ape-X, 2 actors + learner, --replay-ratio fixed (steps/s)", ".1f"),
+    ("apex_sps_2_actors_free", "Ape-X, 2 actors + learner, --replay-ratio free (steps/s)", ".1f"),
 ]
 
 
@@ -420,6 +487,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
         "--shared", action="store_true", help="only the loop alone, beside a busy core and two at once (a few minutes)"
     )
     # One loop in a process of its own, printing its steps/s: what --shared starts.
+    parser.add_argument("--apex", action="store_true", help="only Ape-X's parts (needs ray; a few minutes)")
     parser.add_argument("--loop", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--loop-steps", type=int, nargs=2, default=(1000, 3000), help=argparse.SUPPRESS)
     learning = parser.add_argument_group(
@@ -454,6 +522,10 @@ if __name__ == "__main__":
         print(bench_loop(env_id, False, *arguments.loop_steps, arguments.train_every, arguments.threads))
         sys.exit(0)
     use_threads(arguments.threads)
+    if arguments.apex:
+        results = bench_apex(env_id, arguments.quick)
+        print(json.dumps(results, indent=2) if arguments.json else table(results, APEX_ROWS))
+        sys.exit(0)
     if arguments.shared:
         results = bench_shared(env_id, arguments.quick, arguments.train_every, arguments.threads)
         print(json.dumps(results, indent=2) if arguments.json else table(results, SHARED_ROWS))
