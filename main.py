@@ -29,7 +29,15 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from utils_apex import ActorConfig, ActorPool, ApexError, export_weights, local_cpus_note, start_ray
+from utils_apex import (
+    ActorConfig,
+    ActorPool,
+    ApexError,
+    RayStartError,
+    export_weights,
+    local_cpus_note,
+    start_ray,
+)
 from utils_config import (
     RESUMABLE_OPTIONS,
     available_cpus,
@@ -181,6 +189,8 @@ def train(args: argparse.Namespace, checkpoint: dict[str, Any] | None) -> TrainS
         return TrainSummary(130, 0, math.nan)
     except TrainingDiverged as error:
         message = f"{error}; {last_checkpoint(out)}. Try a lower --lr, or a finite --grad-clip"
+    except RayStartError as error:
+        message = str(error)
     except ApexError as error:
         message = f"{error}; {last_checkpoint(out)}"
     except (RunFolderError, RunLogError) as error:
@@ -294,7 +304,7 @@ class Trainer:
         device = pick_device(args.device)
         threads = use_threads(learner_threads(args))
         print(f"Run folder: {out}  ({args.env}, device {device}, {threads} CPU threads)", flush=True)
-        if args.actors and args.ray_address is None:
+        if args.actors and args.ray_address is None and args.replay_ratio == "free":
             note = local_cpus_note(args.actors, available_cpus())
             if note:
                 print(f"Note: {note}", flush=True)

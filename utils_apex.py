@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
 from collections import deque
 from collections.abc import Callable
@@ -54,7 +55,11 @@ def actor_epsilons(count: int) -> list[float]:
 
 
 class ApexError(Exception):
-    """Ray cannot be started or joined, or the actors are gone; the message is one line for the user."""
+    """The actors are gone; the message is one line for the user."""
+
+
+class RayStartError(ApexError):
+    """Ray cannot be started or joined; nothing has been trained."""
 
 
 @dataclass(frozen=True)
@@ -199,6 +204,8 @@ def start_ray(address: str | None, cpus: int) -> bool:
     else:  # the other nodes get this folder's code (not its runs) from the cluster
         excludes = ["runs/", ".venv/", ".git/", "docs/", "*.pt", "__pycache__/"]
         runtime_env = {"working_dir": str(PROJECT_DIR), "excludes": excludes}
+    if address is not None:
+        reach_cluster(address)
     try:
         ray.init(
             address=address,
@@ -210,8 +217,23 @@ def start_ray(address: str | None, cpus: int) -> bool:
         )
     except Exception as error:  # Ray raises several types; each ends the run the same way
         where = f"join the Ray cluster at {address}" if address else "start Ray"
-        raise ApexError(f"cannot {where}: {first_line(error)}") from error
+        raise RayStartError(f"cannot {where}: {first_line(error)}") from error
     return True
+
+
+def reach_cluster(address: str, seconds: float = 10.0) -> None:
+    """Fail at once, in one line, when nothing answers at a ``host:port`` address (Ray itself
+    retries for minutes). Other forms (``auto``, ``ray://...``) are left to Ray."""
+    host, separator, port = address.rpartition(":")
+    if not separator or not port.isdigit() or "/" in address:
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=seconds).close()
+    except OSError as error:
+        reason = error.strerror or str(error) or type(error).__name__
+        raise RayStartError(
+            f"cannot join the Ray cluster at {address}: {reason}; is `ray start --head` running there?"
+        ) from error
 
 
 def first_line(error: BaseException) -> str:

@@ -1,6 +1,8 @@
 """Ape-X: the epsilon ladder, actors' chunks against the learner's own view of them, and runs of
 two actors on Ray (outputs, resume, an actor killed mid-run, all actors lost)."""
 
+import os
+import signal
 import threading
 import time
 from typing import ClassVar
@@ -8,7 +10,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 import torch
-from test_main import games, rewards
+from test_main import games, rewards, run_main
 
 import main
 import utils_apex
@@ -175,3 +177,43 @@ def test_actors_without_ray_is_one_line(monkeypatch, capsys):
         utils_config.parse_config(["--actors", "2"])
     assert stopped.value.code == 2
     assert "pip install 'ray>=2.40'" in capsys.readouterr().err
+
+
+def test_ctrl_c_stops_actors_and_learner_with_a_checkpoint(tmp_path, ray_cluster, pools, capsys):
+    run = tmp_path / "run"
+
+    def press_ctrl_c():
+        while not pools or pools[0]._expected[0] is None or pools[0]._expected[0][1] < 100:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)  # the handler runs in the main thread, which trains
+
+    threading.Thread(target=press_ctrl_c, daemon=True).start()
+    summary = main.train(
+        *utils_config.parse_config([*APEX, "--steps", "20000", "--eval-every", "20000", "--out", str(run)])
+    )
+    assert summary.exit_code == 130 and 0 < summary.steps < 20000
+    assert load_checkpoint(run / "model_interrupted.pt")["run"]["step"] == summary.steps
+    assert f"continue with: python main.py --resume {run}" in capsys.readouterr().out
+    with pytest.raises(ray.exceptions.ActorDiedError):
+        ray.get(pools[0].handles[0].collect.remote(None), timeout=30)
+
+
+def test_a_cluster_address_where_nothing_answers_is_one_line(tmp_path):
+    argv = [
+        "--env",
+        "Pong",
+        "--actors",
+        "1",
+        "--learning-starts",
+        "100",
+        "--steps",
+        "200",
+        "--out",
+        str(tmp_path / "r"),
+    ]
+    result = run_main(*argv, "--ray-address", "127.0.0.1:1", timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "main.py: error: cannot join the Ray cluster at 127.0.0.1:1: Connection refused; "
+        "is `ray start --head` running there?"
+    )
