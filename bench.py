@@ -109,6 +109,21 @@ def bench_loop(
 ) -> float:
     """The real training loop's steps/s once learning started (main.train, evaluations excluded);
     ``extra``: more main.py flags."""
+    return loop_summary(
+        env_id, prioritized, learning_starts, steps, train_every, threads, extra
+    ).learning_steps_per_second
+
+
+def loop_summary(
+    env_id: str,
+    prioritized: bool,
+    learning_starts: int,
+    steps: int,
+    train_every: int,
+    threads: str | int = "auto",
+    extra: tuple[str, ...] | list[str] = (),
+) -> main.TrainSummary:
+    """``bench_loop``'s run, with its whole summary."""
     with tempfile.TemporaryDirectory() as folder:
         argv = [
             "--env", env_id, "--steps", str(learning_starts + steps), "--learning-starts", str(learning_starts),
@@ -120,7 +135,7 @@ def bench_loop(
             argv.append("--prioritized")
         args, _ = parse_config([*argv, *extra])
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            return main.train(args, None).learning_steps_per_second
+            return main.train(args, None)
 
 
 def filled_memory(memory: ReplayMemory, steps: int) -> ReplayMemory:
@@ -236,11 +251,13 @@ def bench_apex(env_id: str, quick: bool) -> dict[str, Any]:
     finally:
         if started:
             ray.shutdown()
-    env_id_steps = (200, 1000) if quick else (1000, 4000)
+    learning_starts, steps = (200, 1000) if quick else (1000, 4000)
     for ratio in ("fixed", "free"):
-        figures[f"apex_sps_2_actors_{ratio}"] = bench_loop(
-            env_id, False, *env_id_steps, 4, extra=["--actors", "2", "--replay-ratio", ratio]
+        summary = loop_summary(
+            env_id, False, learning_starts, steps, 4, extra=["--actors", "2", "--replay-ratio", ratio]
         )
+        figures[f"apex_sps_2_actors_{ratio}"] = summary.learning_steps_per_second
+        figures[f"apex_replay_ratio_{ratio}"] = summary.updates / steps
     memory = filled_memory(ReplayMemory(CAPACITY), 20_000)
     agent = Agent(AtariEnv(env_id, 0).n_actions, pick_device("auto"))
     figures["learner_updates_per_second"] = 1 / median_seconds(lambda: agent.learn(memory.sample(BATCH)), 20)
@@ -328,7 +345,9 @@ APEX_ROWS = [
     ("chunk_bytes", "one chunk of 50 steps (bytes)", ".0f"),
     ("chunk_transfer_us_per_step", "object store put + get, per step (µs)", ".1f"),
     ("apex_sps_2_actors_fixed", "Ape-X, 2 actors + learner, --replay-ratio fixed (steps/s)", ".1f"),
+    ("apex_replay_ratio_fixed", "its gradient steps per environment step (1 / --train-every)", ".3f"),
     ("apex_sps_2_actors_free", "Ape-X, 2 actors + learner, --replay-ratio free (steps/s)", ".1f"),
+    ("apex_replay_ratio_free", "its gradient steps per environment step", ".3f"),
 ]
 
 
