@@ -300,11 +300,11 @@ class ActorPool:
         _, call = self._in_flight[actor].popleft()
         try:
             chunk: Chunk = self._ray.get(ready[0])
-        except self._ray.exceptions.ActorDiedError as error:  # killed for good, or its node lost
-            self._give_up(actor, first_line(error))
+        except self._ray.exceptions.ActorDiedError:
+            self._give_up(actor, "it was killed for good, or its machine was lost")
             return None
-        except self._ray.exceptions.RayActorError as error:  # the process died: Ray restarts it
-            self._failed(actor, call, first_line(error), restart=False)
+        except self._ray.exceptions.RayActorError:  # Ray restarts it
+            self._failed(actor, call, "its process died", restart=False)
             return None
         except self._ray.exceptions.RayError as error:  # the actor's code raised: its game may be broken
             self._failed(actor, call, first_line(error), restart=True)
