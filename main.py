@@ -209,20 +209,7 @@ def run_training(args: argparse.Namespace, checkpoint: dict[str, Any] | None, st
             play_and_learn(run)
             return run.finish()
         started_ray = start_ray(args.ray_address, max(args.actors, available_cpus()))
-        config = ActorConfig(
-            args.env,
-            args.seed,
-            args.sticky_actions,
-            args.max_episode_frames,
-            args.n_step,
-            args.gamma,
-            args.double,
-            args.dueling,
-            args.chunk_steps,
-            args.weights_every,
-            td_errors=args.prioritized,
-        )
-        pool = ActorPool(config, args.actors, args.actor_timeout, report=tqdm.write)
+        pool = ActorPool(actor_config(args), args.actors, args.actor_timeout, report=tqdm.write)
         try:
             pool.publish(export_weights(run.agent.online, run.progress.step))
             run.begin(refill=lambda count: refill_from_actors(run, pool, count))
@@ -285,7 +272,8 @@ def refill_by_playing(run: Trainer, count: int) -> None:
 def refill_from_actors(run: Trainer, pool: ActorPool, count: int) -> None:
     """Push the actors' steps into the memory until it holds ``count``, not counted as training."""
     with tqdm(total=count, desc="refilling replay memory", unit="step", mininterval=1.0) as bar:
-        while len(run.memory) < count and not run.stop.requested:
+        # The live actors' stripes may hold fewer than count (--memory-size / N slots each).
+        while len(run.memory) < min(count, run.memory.stripe * pool.live) and not run.stop.requested:
             chunk = pool.next_chunk(wait=True)
             for index in range(len(chunk) if chunk else 0):
                 chunk.push(run.memory, index)
@@ -522,6 +510,22 @@ def last_checkpoint(out: Path) -> str:
 def learning_config(args: argparse.Namespace) -> dict[str, Any]:
     """The options that decide what the replay memory holds: all but those a resume may change."""
     return {k: v for k, v in vars(args).items() if k not in RESUMABLE_OPTIONS | {"out", "evaluate"}}
+
+
+def actor_config(args: argparse.Namespace) -> ActorConfig:
+    return ActorConfig(
+        env=args.env,
+        seed=args.seed,
+        sticky_actions=args.sticky_actions,
+        max_episode_frames=args.max_episode_frames,
+        n_step=args.n_step,
+        gamma=args.gamma,
+        double=args.double,
+        dueling=args.dueling,
+        chunk_steps=args.chunk_steps,
+        weights_every=args.weights_every,
+        td_errors=args.prioritized,  # initial priorities
+    )
 
 
 def open_tensorboard(out: Path) -> Any:

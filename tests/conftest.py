@@ -1,6 +1,7 @@
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -8,3 +9,15 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray for every test that needs it (starting one takes seconds); main.py, finding
+    it started, uses it and leaves it running."""
+    ray = pytest.importorskip("ray")
+    import utils_apex
+
+    utils_apex.start_ray(None, cpus=2)
+    yield
+    ray.shutdown()

@@ -27,14 +27,6 @@ APEX = [
 ]  # fmt: skip
 
 
-@pytest.fixture(scope="session")
-def ray_cluster():
-    """One local Ray for every test here (starting one takes seconds); main.py then uses it."""
-    utils_apex.start_ray(None, cpus=2)
-    yield
-    ray.shutdown()
-
-
 class RecordingPool(utils_apex.ActorPool):
     """The pool main.py starts, kept where a test can reach it."""
 
