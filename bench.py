@@ -106,24 +106,9 @@ def bench_loop(
     train_every: int,
     threads: str | int = "auto",
     extra: tuple[str, ...] | list[str] = (),
-) -> float:
-    """The real training loop's steps/s once learning started (main.train, evaluations excluded);
-    ``extra``: more main.py flags."""
-    return loop_summary(
-        env_id, prioritized, learning_starts, steps, train_every, threads, extra
-    ).learning_steps_per_second
-
-
-def loop_summary(
-    env_id: str,
-    prioritized: bool,
-    learning_starts: int,
-    steps: int,
-    train_every: int,
-    threads: str | int = "auto",
-    extra: tuple[str, ...] | list[str] = (),
 ) -> main.TrainSummary:
-    """``bench_loop``'s run, with its whole summary."""
+    """The real training loop (main.train, evaluations excluded); its summary's
+    ``learning_steps_per_second`` is the loop's steps/s once learning started. ``extra``: more main.py flags."""
     with tempfile.TemporaryDirectory() as folder:
         argv = [
             "--env", env_id, "--steps", str(learning_starts + steps), "--learning-starts", str(learning_starts),
@@ -253,9 +238,7 @@ def bench_apex(env_id: str, quick: bool) -> dict[str, Any]:
             ray.shutdown()
     learning_starts, steps = (200, 1000) if quick else (1000, 4000)
     for ratio in ("fixed", "free"):
-        summary = loop_summary(
-            env_id, False, learning_starts, steps, 4, extra=["--actors", "2", "--replay-ratio", ratio]
-        )
+        summary = bench_loop(env_id, False, learning_starts, steps, 4, extra=["--actors", "2", "--replay-ratio", ratio])
         figures[f"apex_sps_2_actors_{ratio}"] = summary.learning_steps_per_second
         figures[f"apex_replay_ratio_{ratio}"] = summary.updates / steps
     memory = filled_memory(ReplayMemory(CAPACITY), 20_000)
@@ -276,7 +259,9 @@ def run(env: str, quick: bool, train_every: int, threads: str | int = "auto") ->
     rounds: dict[str, list[float]] = {"uniform": [], "prioritized": []}
     for _ in range(1 if quick else 2):
         for name in rounds:
-            loop = bench_loop(env_id, name == "prioritized", learning_starts, loop_steps, train_every, threads)
+            loop = bench_loop(
+                env_id, name == "prioritized", learning_starts, loop_steps, train_every, threads
+            ).learning_steps_per_second
             rounds[name].append(loop)
     figures["sps_uniform"] = statistics.mean(rounds["uniform"])
     figures["sps_prioritized"] = statistics.mean(rounds["prioritized"])
@@ -538,7 +523,8 @@ if __name__ == "__main__":
         sys.exit(learning_main(arguments, main_args))
     env_id = resolve_env_id(arguments.env)
     if arguments.loop:
-        print(bench_loop(env_id, False, *arguments.loop_steps, arguments.train_every, arguments.threads))
+        summary = bench_loop(env_id, False, *arguments.loop_steps, arguments.train_every, arguments.threads)
+        print(summary.learning_steps_per_second)
         sys.exit(0)
     use_threads(arguments.threads)
     if arguments.apex:
