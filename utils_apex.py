@@ -161,7 +161,7 @@ class Actor:
                 self.games.append((self.played, game))
             self.played += 1
             self.steps_on_weights += 1
-        return self._send(self.played - self.config.n_step)
+        return self._send(max(self.sent, self.played - self.config.n_step))
 
     def _send(self, end: int) -> Chunk:
         """The steps from ``self.sent`` to ``end`` (exclusive) as a chunk."""
@@ -192,8 +192,8 @@ class Actor:
 
 def start_ray(address: str | None, cpus: int) -> bool:
     """Start a local Ray with ``cpus`` CPUs, or join the cluster at ``address``; return whether
-    this call started it (False when this process had already). Ray's own messages are kept
-    off the terminal: the learner reports what happens to its actors itself."""
+    this call started it (False when this process had already). The actors' output is kept off
+    the terminal: the learner reports what happens to them itself."""
     import ray
 
     if ray.is_initialized():
@@ -202,10 +202,9 @@ def start_ray(address: str | None, cpus: int) -> bool:
         path = os.pathsep.join(filter(None, [str(PROJECT_DIR), os.environ.get("PYTHONPATH")]))
         runtime_env: dict[str, Any] = {"env_vars": {"PYTHONPATH": path}}
     else:  # the other nodes get this folder's code (not its runs) from the cluster
+        reach_cluster(address)
         excludes = ["runs/", ".venv/", ".git/", "docs/", "*.pt", "__pycache__/"]
         runtime_env = {"working_dir": str(PROJECT_DIR), "excludes": excludes}
-    if address is not None:
-        reach_cluster(address)
     try:
         ray.init(
             address=address,

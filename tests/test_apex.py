@@ -83,6 +83,16 @@ def test_chunks_rebuild_the_actors_transitions_and_td_errors_in_the_learners_mem
     assert memory.starts[slots].sum() >= 2  # a game cut by the frame limit, and the next
 
 
+def test_chunks_shorter_than_the_n_step_window_still_send_every_step_in_order():
+    config = ActorConfig("ALE/Pong-v5", 0, 0.0, 400, 5, 0.99, False, False, 2, 100, td_errors=False)
+    actor = Actor(config, 0, 1)
+    starts = []
+    for _ in range(6):
+        chunk = actor.collect(None)
+        starts.append((chunk.start, len(chunk)))
+    assert starts == [(0, 0), (0, 0), (0, 1), (1, 2), (3, 2), (5, 2)]
+
+
 def test_weights_are_taken_every_weights_every_steps():
     config = ActorConfig("ALE/Pong-v5", 0, 0.0, 400, 1, 0.99, False, False, 20, weights_every=50, td_errors=False)
     actor = Actor(config, 0, 1)
