@@ -509,6 +509,8 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     arguments, passed = parse_args(argv)
+    # Ctrl-C must raise KeyboardInterrupt even where a shell started this with SIGINT ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         if arguments.report is not None:
             print(report(Path(arguments.report)), flush=True)
