@@ -94,6 +94,8 @@ class StopRequest:
     def __enter__(self) -> StopRequest:
         for signum in (signal.SIGINT, signal.SIGTERM):
             self._previous[signum] = signal.signal(signum, self._handle)
+        # A parent may have left them blocked (Ray's workers block SIGINT, and their children inherit it).
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
         return self
 
     def __exit__(self, *exception: object) -> None:

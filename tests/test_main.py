@@ -99,6 +99,8 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes_at_its_step(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # Started with SIGINT blocked, as children of Ray's workers are (sweeps run main.py there).
+        preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}),
     )
     deadline = time.time() + 120
     while not (run / "model_000.pt").exists() and time.time() < deadline:
