@@ -331,10 +331,12 @@ def stratified_bootstrap(
     return float(low), float(high)
 
 
-def collect(out: Path) -> dict[str, dict[int, list[tuple[int, float]]]]:
-    """Game -> seed -> the run's evaluations (step, mean score), from every run folder in ``out``."""
+def collect(out: Path, unreadable: dict[str, str] | None = None) -> dict[str, dict[int, list[tuple[int, float]]]]:
+    """Game -> seed -> the run's evaluations (step, mean score), from every run folder in ``out``.
+    A run whose rewards.txt does not parse is left out, with the reason in ``unreadable``."""
     if not out.is_dir():
         raise SweepError(f"{out} is not a folder of a sweep")
+    unreadable = {} if unreadable is None else unreadable
     results: dict[str, dict[int, list[tuple[int, float]]]] = {}
     for folder in sorted(path for path in out.iterdir() if (path / "rewards.txt").exists()):
         game, separator, seed = folder.name.rpartition("-seed")
@@ -343,7 +345,8 @@ def collect(out: Path) -> dict[str, dict[int, list[tuple[int, float]]]]:
         try:
             rows = read_rewards(folder / "rewards.txt")
         except RunLogError as error:
-            raise SweepError(str(error)) from None
+            unreadable[folder.name] = str(error)
+            continue
         if rows:
             results.setdefault(game, {})[int(seed)] = [(int(values[0]), float(values[1])) for _, values in rows]
     return results
@@ -352,7 +355,8 @@ def collect(out: Path) -> dict[str, dict[int, list[tuple[int, float]]]]:
 def summarize(out: Path, samples: int = BOOTSTRAP_SAMPLES) -> dict[str, Any]:
     """Per game, each seed's last evaluation and their mean and std; over games, the human-normalised
     mean, median and IQM with their intervals (games without reference scores left out, named)."""
-    results = collect(out)
+    unreadable: dict[str, str] = {}
+    results = collect(out, unreadable)
     if not results:
         raise SweepError(f"{out} holds no run folders with evaluations (<Game>-seed<N>/rewards.txt)")
     references = reference_scores()
@@ -376,6 +380,7 @@ def summarize(out: Path, samples: int = BOOTSTRAP_SAMPLES) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "games": games,
         "without_reference": sorted(set(games) - set(normalised)),
+        "unreadable": unreadable,
         "bootstrap_samples": samples,
         "confidence": CONFIDENCE,
     }
@@ -410,6 +415,8 @@ def markdown(summary: dict[str, Any]) -> str:
             )
     if summary.get("note"):
         lines += ["", f"Note: {summary['note']}."]
+    for run, reason in summary["unreadable"].items():
+        lines += ["", f"Left out {run}: {reason}"]
     if summary["without_reference"]:
         lines += ["", f"No reference scores for {', '.join(summary['without_reference'])}: left out of the aggregate."]
     return "\n".join(lines)

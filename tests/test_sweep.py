@@ -107,6 +107,7 @@ def test_sweep_runs_resumes_retries_and_reports(tmp_path, ray_cluster, capsys):
     assert "Pong-seed1: failed (exit 2" in captured.out and "retrying" in captured.out
     assert "Pong-seed1: failed again" in captured.out
     assert "1 run(s) failed: Pong-seed1" in captured.err
+    assert "Left out Pong-seed1: " in captured.out  # the report goes on without it
     assert (tmp_path / "F" / "Pong-seed0" / "model_002.pt").exists()
 
 
