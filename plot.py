@@ -15,6 +15,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure  # a bare Figure renders with Agg and needs no display or pyplot state
@@ -120,7 +121,12 @@ def read_curve(path: Path) -> Curve:
 
 def draw(curves: list[Curve], title: str | None = None, band: bool = True, window: int = 100) -> Figure:
     figure = Figure(figsize=(8, 4.5), dpi=120, layout="constrained")
-    axes = figure.add_subplot()
+    draw_on(figure.add_subplot(), curves, title, band, window)
+    return figure
+
+
+def draw_on(axes: Any, curves: list[Curve], title: str | None = None, band: bool = True, window: int = 100) -> None:
+    """Draw ``curves`` on matplotlib ``axes`` (one panel of a larger figure, as sweep.py's)."""
     banded = False
     for curve in curves:
         if curve.raw is not None:
@@ -141,7 +147,6 @@ def draw(curves: list[Curve], title: str | None = None, band: bool = True, windo
     axes.legend()
     if title:
         axes.set_title(title)
-    return figure
 
 
 def save(figure: Figure, output: Path) -> None:

@@ -1,0 +1,535 @@
+"""Train many games and seeds, in parallel, into one benchmark table and figure.
+
+    python sweep.py --envs Breakout Pong --seeds 0 1 2 [main.py flags ...] --out SWEEP
+    python sweep.py --envs atari5 --seeds 0 1 2 --steps 10000000 --out SWEEP   # the Atari-5 subset
+    python sweep.py --report SWEEP                                             # the table and figure again
+
+Each (game, seed) is an ordinary ``python main.py`` run in ``SWEEP/<Game>-seed<seed>/``, with the
+remaining flags passed through unchanged (``--threads`` defaults to 1 here: one thread per run is
+the most steps per core). Rerunning the same command skips finished runs and resumes
+interrupted ones. Runs go to a Ray cluster started in this process, each a task holding
+``--threads`` CPUs, so the machine's cores are shared without oversubscription; ``--ray-address``
+sends them to a running cluster instead (the run folders must then be on a path every node
+shares). Without Ray, runs go one after another here. A run that fails is retried once.
+
+The report scores each run by its last evaluation, normalised per game as
+(score - random) / (human - random) with the published reference scores in
+``atari_reference_scores.csv``, and aggregates over games with the mean, the median and the
+interquartile mean (IQM), each with a 95% stratified bootstrap confidence interval (Agarwal et
+al. 2021: seeds resampled within each game).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+from tqdm import tqdm
+
+import plot
+from utils_config import available_cpus
+from utils_config import build_parser as main_parser
+from utils_drl import CheckpointError, write_atomically
+from utils_env import game_name, resolve_env_id
+from utils_run import EPISODES_FILE, RunLogError, load_newest_checkpoint, read_rewards
+
+PROJECT_DIR = Path(__file__).resolve().parent
+REFERENCE_SCORES = PROJECT_DIR / "atari_reference_scores.csv"
+# Aitchison et al. (2023), "Atari-5: Distilling the Arcade Learning Environment down to Five Games".
+PRESETS = {
+    "atari5": ["BattleZone", "DoubleDunk", "NameThisGame", "Phoenix", "Qbert"],
+    "atari10": [
+        "Amidar", "Bowling", "Frostbite", "KungFuMaster", "Riverraid",
+        "BattleZone", "DoubleDunk", "NameThisGame", "Phoenix", "Qbert",
+    ],
+}  # fmt: skip
+SWEEP_OWNS = {"env", "seed", "out", "resume", "evaluate"}  # main.py flags the sweep sets for each run
+LOG_FILE = "main.log"  # each run's own output, in its folder
+STOP_FILE = ".stop"  # in the sweep folder: tells every run to stop and save a checkpoint
+BOOTSTRAP_SAMPLES = 2000
+CONFIDENCE = 0.95
+RETRIES = 1
+
+
+class SweepError(Exception):
+    """Bad input or an unreadable sweep, reported as one line with exit status 2."""
+
+
+@dataclass(frozen=True)
+class Run:
+    game: str  # ALE game name, as in the folder name
+    seed: int
+    folder: Path
+
+    @property
+    def name(self) -> str:
+        return self.folder.name
+
+
+def expand_envs(names: list[str]) -> list[str]:
+    """Game names with the presets spelled out, each once, in the order given."""
+    games: list[str] = []
+    for name in names:
+        for game in PRESETS.get(name.lower(), [name]):
+            try:
+                resolved = game_name(resolve_env_id(game))
+            except ValueError as error:
+                raise SweepError(f"--envs: {error}") from None
+            if resolved not in games:
+                games.append(resolved)
+    return games
+
+
+def plan(out: Path, games: list[str], seeds: list[int]) -> list[Run]:
+    return [Run(game, seed, out / f"{game}-seed{seed}") for game in games for seed in seeds]
+
+
+def run_state(run: Run, steps: int) -> str:
+    """``done`` (a checkpoint at ``steps`` or later), ``interrupted`` (an earlier one) or ``new``."""
+    try:
+        _, checkpoint, _ = load_newest_checkpoint(run.folder)
+    except CheckpointError:
+        return "new"
+    return "done" if checkpoint["run"]["step"] >= steps else "interrupted"
+
+
+def main_argv(run: Run, state: str, passed: list[str]) -> list[str]:
+    """main.py's command line for ``run``: a new run, or a resume of an interrupted one."""
+    if state == "interrupted":  # main.py takes the same flags again: each equals its saved value
+        return ["--resume", str(run.folder), *passed]
+    return ["--env", run.game, "--seed", str(run.seed), "--out", str(run.folder), *passed]
+
+
+def run_main(argv: list[str], log: Path, stop_file: Path) -> int:
+    """``python main.py argv`` with its output in ``log``. Ctrl-C, or ``stop_file`` appearing (how
+    the sweep stops runs on other machines: their folders are shared), is passed on to it as
+    SIGINT, so it saves a checkpoint before it stops."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a") as output:
+        process = subprocess.Popen(
+            [sys.executable, str(PROJECT_DIR / "main.py"), *argv],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            cwd=PROJECT_DIR,
+            start_new_session=True,  # Ctrl-C reaches it through this function, once
+        )
+        try:
+            while process.poll() is None:
+                if stop_file.exists():
+                    process.send_signal(signal.SIGINT)
+                    return process.wait()
+                time.sleep(0.5)
+            return process.returncode
+        except KeyboardInterrupt:
+            process.send_signal(signal.SIGINT)
+            process.wait()
+            raise
+
+
+def last_error(log: Path) -> str:
+    """The last line main.py wrote, which names what went wrong."""
+    try:
+        lines = [line.strip() for line in log.read_text(errors="replace").replace("\r", "\n").splitlines()]
+    except OSError:
+        return "no output"
+    lines = [line for line in lines if line]
+    return lines[-1] if lines else "no output"
+
+
+def last_step(run: Run) -> int:
+    """The step of the run's newest training game, for the progress bar (0 before the first)."""
+    try:
+        with open(run.folder / EPISODES_FILE, "rb") as episodes:
+            episodes.seek(0, os.SEEK_END)
+            episodes.seek(max(0, episodes.tell() - 200))
+            line = episodes.read().decode(errors="replace").strip().splitlines()[-1]
+        return int(line.split(",")[0])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+class Executor:
+    """Where runs go: Ray tasks (local or a cluster), or this process, one after another."""
+
+    def __init__(self, address: str | None, threads: int, use_ray: bool, stop_file: Path) -> None:
+        self.threads = threads
+        self.stop_file = stop_file
+        stop_file.unlink(missing_ok=True)  # left by an interrupted sweep
+        self.ray: Any = None
+        self.started_ray = False
+        if not use_ray:
+            return
+        import ray
+
+        from utils_apex import start_ray
+
+        self.ray = ray
+        self.started_ray = start_ray(address, max(threads, available_cpus()))
+        self.remote = ray.remote(run_main).options(num_cpus=threads, max_retries=0)
+
+    def run_all(self, jobs: list[tuple[Run, list[str]]], on_done: Callable[[Run, int], None], bar: tqdm) -> None:
+        if self.ray is None:
+            for run, argv in jobs:
+                on_done(run, run_main(argv, run.folder / LOG_FILE, self.stop_file))
+            return
+        pending = {self.remote.remote(argv, run.folder / LOG_FILE, self.stop_file): run for run, argv in jobs}
+        try:
+            while pending:
+                ready, _ = self.ray.wait(list(pending), num_returns=1, timeout=2.0)
+                for ref in ready:
+                    run = pending.pop(ref)
+                    try:
+                        code = self.ray.get(ref)
+                    except self.ray.exceptions.RayError:
+                        code = -1  # the worker died: a failure like any other
+                    on_done(run, code)
+                bar.set_postfix_str(progress_text(list(pending.values())), refresh=True)
+        except KeyboardInterrupt:
+            self.stop_file.touch()  # each task passes it on to its main.py, which saves a checkpoint
+            self.ray.wait(list(pending), num_returns=len(pending), timeout=300)
+            raise
+
+    def close(self) -> None:
+        if self.started_ray:
+            self.ray.shutdown()
+
+
+def progress_text(running: list[Run]) -> str:
+    return ", ".join(f"{run.name} {last_step(run):,}" for run in running[:4])
+
+
+def sweep(arguments: argparse.Namespace, passed: list[str]) -> int:
+    out = Path(arguments.out)
+    games = expand_envs(arguments.envs)
+    runs = plan(out, games, arguments.seeds)
+    steps = int(main_parser().parse_known_args(passed)[0].steps)
+    threads = threads_of(passed)
+    states = {run: run_state(run, steps) for run in runs}
+    done = [run for run in runs if states[run] == "done"]
+    print(
+        f"Sweep {out}: {len(runs)} runs ({len(games)} games x {len(arguments.seeds)} seeds), "
+        f"{len(done)} finished already",
+        flush=True,
+    )
+    use_ray = import_ray_or_note(arguments.ray_address)
+    out.mkdir(parents=True, exist_ok=True)
+    executor = Executor(arguments.ray_address, threads, use_ray, out / STOP_FILE)
+    attempts = {run: 0 for run in runs}
+    failed: list[Run] = []
+    bar = tqdm(total=len(runs), initial=len(done), unit="run", dynamic_ncols=True)
+
+    def on_done(run: Run, code: int) -> None:
+        attempts[run] += 1
+        if code == 0:
+            bar.update()
+            tqdm.write(f"{run.name}: done ({last_score(run)})")
+            return
+        if code == 130:
+            return  # interrupted: the sweep stops below
+        reason = last_error(run.folder / LOG_FILE)
+        if attempts[run] <= RETRIES:
+            tqdm.write(f"{run.name}: failed (exit {code}: {reason}); retrying")
+            retry.append(run)
+        else:
+            tqdm.write(f"{run.name}: failed again (exit {code}: {reason}); see {run.folder / LOG_FILE}")
+            failed.append(run)
+
+    try:
+        todo = [run for run in runs if states[run] != "done"]
+        while todo:
+            retry: list[Run] = []
+            executor.run_all([(run, main_argv(run, run_state(run, steps), passed)) for run in todo], on_done, bar)
+            todo = retry
+    except KeyboardInterrupt:
+        bar.close()
+        print(f"Interrupted; run the same command again to continue the sweep in {out}", file=sys.stderr)
+        return 130
+    finally:
+        bar.close()
+        executor.close()
+    print(report(out), flush=True)
+    if failed:
+        print(f"sweep.py: error: {len(failed)} run(s) failed: {', '.join(run.name for run in failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def threads_of(passed: list[str]) -> int:
+    """The runs' --threads: the one passed (``auto`` counts as all CPUs), else 1, added to ``passed``."""
+    value = main_parser().parse_known_args(passed)[0].threads
+    if "--threads" not in passed:
+        passed += ["--threads", "1"]
+        return 1
+    return available_cpus() if value == "auto" else int(value)
+
+
+def import_ray_or_note(address: str | None) -> bool:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        if address:
+            raise SweepError("--ray-address needs Ray: pip install 'ray>=2.40'") from None
+        print("Note: Ray is not installed (pip install 'ray>=2.40'): runs go one after another", flush=True)
+        return False
+    return True
+
+
+def last_score(run: Run) -> str:
+    rows = read_rewards(run.folder / "rewards.txt")
+    return f"last evaluation {rows[-1][1][1]:.1f} at step {rows[-1][1][0]:,}" if rows else "no evaluation"
+
+
+# --- The report ---------------------------------------------------------------------------------
+
+
+def reference_scores(path: Path = REFERENCE_SCORES) -> dict[str, tuple[float, float]]:
+    """Game -> (random score, human score), from the data file."""
+    with open(path) as source:
+        rows = csv.DictReader(line for line in source if not line.startswith("#"))
+        return {row["game"]: (float(row["random"]), float(row["human"])) for row in rows}
+
+
+def iqm(scores: np.ndarray) -> float:
+    """Interquartile mean: the mean of the middle half, int(n / 4) scores cut from each end (as
+    scipy's ``trim_mean(scores, 0.25)``)."""
+    ordered = np.sort(np.asarray(scores, dtype=np.float64).ravel())
+    cut = int(0.25 * ordered.size)
+    return float(ordered[cut : ordered.size - cut].mean())
+
+
+AGGREGATES: dict[str, Callable[[np.ndarray], float]] = {
+    "mean": lambda scores: float(np.mean(scores)),
+    "median": lambda scores: float(np.median(scores)),
+    "iqm": iqm,
+}
+
+
+def stratified_bootstrap(
+    table: np.ndarray, statistic: Callable[[np.ndarray], float], samples: int, seed: int = 0
+) -> tuple[float, float]:
+    """95% percentile interval of ``statistic`` over a (games, seeds) table, resampling the seeds
+    of each game with replacement (each game keeps its number of runs)."""
+    rng = np.random.default_rng(seed)
+    games, seeds = table.shape
+    picks = rng.integers(0, seeds, size=(samples, games, seeds))
+    values = np.array([statistic(table[np.arange(games)[:, None], pick]) for pick in picks])
+    tail = (1 - CONFIDENCE) / 2 * 100
+    low, high = np.percentile(values, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def collect(out: Path, unreadable: dict[str, str] | None = None) -> dict[str, dict[int, list[tuple[int, float]]]]:
+    """Game -> seed -> the run's evaluations (step, mean score), from every run folder in ``out``.
+    A run whose rewards.txt does not parse is left out, with the reason in ``unreadable``."""
+    if not out.is_dir():
+        raise SweepError(f"{out} is not a folder of a sweep")
+    unreadable = {} if unreadable is None else unreadable
+    results: dict[str, dict[int, list[tuple[int, float]]]] = {}
+    for folder in sorted(path for path in out.iterdir() if (path / "rewards.txt").exists()):
+        game, separator, seed = folder.name.rpartition("-seed")
+        if not separator or not seed.isdigit():
+            continue
+        try:
+            rows = read_rewards(folder / "rewards.txt")
+        except RunLogError as error:
+            unreadable[folder.name] = str(error)
+            continue
+        if rows:
+            results.setdefault(game, {})[int(seed)] = [(int(values[0]), float(values[1])) for _, values in rows]
+    return results
+
+
+def summarize(out: Path, samples: int = BOOTSTRAP_SAMPLES) -> dict[str, Any]:
+    """Per game, each seed's last evaluation and their mean and std; over games, the human-normalised
+    mean, median and IQM with their intervals (games without reference scores left out, named)."""
+    unreadable: dict[str, str] = {}
+    results = collect(out, unreadable)
+    if not results:
+        raise SweepError(f"{out} holds no run folders with evaluations (<Game>-seed<N>/rewards.txt)")
+    references = reference_scores()
+    games: dict[str, Any] = {}
+    for game, seeds in sorted(results.items()):
+        last = {seed: evaluations[-1][1] for seed, evaluations in sorted(seeds.items())}
+        steps = {seed: evaluations[-1][0] for seed, evaluations in sorted(seeds.items())}
+        scores = np.array(list(last.values()))
+        games[game] = {
+            "last_score": last,
+            "last_step": steps,
+            "mean": float(scores.mean()),
+            "std": float(scores.std(ddof=1)) if scores.size > 1 else 0.0,
+        }
+        if game in references:
+            random, human = references[game]
+            games[game]["human_normalised"] = {
+                seed: (score - random) / (human - random) for seed, score in last.items()
+            }
+    normalised = {game: entry["human_normalised"] for game, entry in games.items() if "human_normalised" in entry}
+    summary: dict[str, Any] = {
+        "games": games,
+        "without_reference": sorted(set(games) - set(normalised)),
+        "unreadable": unreadable,
+        "bootstrap_samples": samples,
+        "confidence": CONFIDENCE,
+    }
+    seeds_per_game = {len(values) for values in normalised.values()}
+    if normalised and len(seeds_per_game) == 1:
+        table = np.array([list(values.values()) for values in normalised.values()])
+        summary["aggregate"] = {
+            name: {"value": statistic(table), "interval": stratified_bootstrap(table, statistic, samples)}
+            for name, statistic in AGGREGATES.items()
+        }
+    elif normalised:
+        summary["note"] = "games have different numbers of finished seeds: no aggregate until the sweep completes"
+    return summary
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    lines = ["| game | seed | last evaluation | at step | human-normalised |", "|---|---|---|---|---|"]
+    for game, entry in summary["games"].items():
+        for seed, score in entry["last_score"].items():
+            normalised = entry.get("human_normalised", {}).get(seed)
+            shown = f"{normalised:.3f}" if normalised is not None else "—"
+            lines.append(f"| {game} | {seed} | {score:.1f} | {entry['last_step'][seed]:,} | {shown} |")
+        lines.append(f"| **{game}** | mean ± std | **{entry['mean']:.1f} ± {entry['std']:.1f}** | | |")
+    if "aggregate" in summary:
+        percent = round(100 * summary["confidence"])
+        lines += ["", f"| human-normalised, over games | value | {percent}% interval (stratified bootstrap) |"]
+        lines.append("|---|---|---|")
+        for name, entry in summary["aggregate"].items():
+            low, high = entry["interval"]
+            lines.append(
+                f"| {name.upper() if name == 'iqm' else name} | {entry['value']:.3f} | [{low:.3f}, {high:.3f}] |"
+            )
+    if summary.get("note"):
+        lines += ["", f"Note: {summary['note']}."]
+    for run, reason in summary["unreadable"].items():
+        lines += ["", f"Left out {run}: {reason}"]
+    if summary["without_reference"]:
+        lines += ["", f"No reference scores for {', '.join(summary['without_reference'])}: left out of the aggregate."]
+    return "\n".join(lines)
+
+
+def figure(out: Path, summary: dict[str, Any]) -> Figure:
+    """One panel per game with its seeds' evaluation curves, and the IQM of the human-normalised
+    scores over training steps with its interval."""
+    results = collect(out)
+    games = list(summary["games"])
+    columns = min(3, len(games) + 1)
+    rows = math.ceil((len(games) + 1) / columns)
+    drawing = Figure(figsize=(4.5 * columns, 3.2 * rows), dpi=110, layout="constrained")
+    panels = drawing.subplots(rows, columns, squeeze=False).ravel()
+    for panel, game in zip(panels, games, strict=False):
+        curves = [plot.read_curve(out / f"{game}-seed{seed}" / "rewards.txt") for seed in sorted(results[game])]
+        plot.draw_on(panel, curves, title=game)
+    iqm_panel = panels[len(games)]
+    references = reference_scores()
+    normalised_games = [game for game in games if game in references]
+    if normalised_games:
+        steps, values, lows, highs = iqm_curve(results, normalised_games, references)
+        iqm_panel.plot(steps, values, marker="o", markersize=3, color="black")
+        iqm_panel.fill_between(steps, lows, highs, color="black", alpha=0.15, linewidth=0)
+    iqm_panel.set_title(f"IQM over {len(normalised_games)} games, {round(100 * CONFIDENCE)}% interval")
+    iqm_panel.set_xlabel("training steps")
+    iqm_panel.set_ylabel("human-normalised score")
+    iqm_panel.grid(alpha=0.3)
+    for panel in panels[len(games) + 1 :]:
+        panel.set_visible(False)
+    return drawing
+
+
+def iqm_curve(
+    results: dict[str, dict[int, list[tuple[int, float]]]],
+    games: list[str],
+    references: dict[str, tuple[float, float]],
+    samples: int = 500,
+) -> tuple[list[int], list[float], list[float], list[float]]:
+    """The IQM at each evaluation every run of ``games`` has reached, with its interval."""
+    seeds = min(len(results[game]) for game in games)
+    reached = min(len(evaluations) for game in games for evaluations in results[game].values())
+    steps, values, lows, highs = [], [], [], []
+    for index in range(reached):
+        table = np.array(
+            [
+                [(evaluations[index][1] - references[game][0]) / (references[game][1] - references[game][0])
+                 for evaluations in list(results[game].values())[:seeds]]
+                for game in games
+            ]
+        )  # fmt: skip
+        low, high = stratified_bootstrap(table, iqm, samples)
+        steps.append(next(iter(results[games[0]].values()))[index][0])
+        values.append(iqm(table))
+        lows.append(low)
+        highs.append(high)
+    return steps, values, lows, highs
+
+
+def report(out: Path) -> str:
+    """Write SWEEP/report.md, report.json and aggregate.png; return the Markdown."""
+    summary = summarize(out)
+    text = markdown(summary)
+    write_atomically(out / "report.md", lambda path: Path(path).write_text(text + "\n"))
+    write_atomically(out / "report.json", lambda path: Path(path).write_text(json.dumps(summary, indent=2) + "\n"))
+    try:
+        plot.save(figure(out, summary), out / "aggregate.png")
+    except plot.PlotError as error:
+        raise SweepError(str(error)) from None
+    return f"{text}\n\nWritten: {out / 'report.md'}, {out / 'report.json'}, {out / 'aggregate.png'}"
+
+
+def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(
+        prog="sweep.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
+    parser.add_argument("--envs", nargs="+", help="games, or a preset: atari5, atari10")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--out", help="the sweep folder: one run folder per game and seed")
+    parser.add_argument("--ray-address", help="send the runs to this running Ray cluster")
+    parser.add_argument("--report", metavar="SWEEP", help="only write and print the report of this sweep")
+    arguments, passed = parser.parse_known_args(argv)
+    if arguments.report is None:
+        if not arguments.envs or not arguments.out:
+            parser.error("--envs and --out are needed to run a sweep (or --report SWEEP for its report)")
+        if any(seed < 0 for seed in arguments.seeds) or len(set(arguments.seeds)) != len(arguments.seeds):
+            parser.error(f"--seeds must be different whole numbers of 0 or more, got {arguments.seeds}")
+        owned = [flag for flag in passed if flag.split("=")[0].lstrip("-").replace("-", "_") in SWEEP_OWNS]
+        if owned:
+            parser.error(f"{owned[0]} is set by the sweep for each run; leave it out")
+        known, unknown = main_parser().parse_known_args(passed)
+        if unknown:
+            parser.error(f"not a flag of sweep.py or main.py: {' '.join(unknown)}")
+        del known
+    return arguments, passed
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments, passed = parse_args(argv)
+    # Ctrl-C must raise KeyboardInterrupt even where a shell started this with SIGINT ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        if arguments.report is not None:
+            print(report(Path(arguments.report)), flush=True)
+            return 0
+        return sweep(arguments, passed)
+    except SweepError as error:
+        print(f"sweep.py: error: {error}", file=sys.stderr, flush=True)
+        return 2
+    except OSError as error:
+        print(f"sweep.py: error: {error}", file=sys.stderr, flush=True)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
