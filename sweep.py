@@ -22,6 +22,7 @@ al. 2021: seeds resampled within each game).
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import csv
 import json
 import math
@@ -181,26 +182,43 @@ class Executor:
         self.remote = ray.remote(run_main).options(num_cpus=threads, max_retries=0)
 
     def run_all(self, jobs: list[tuple[Run, list[str]]], on_done: Callable[[Run, int], None], bar: tqdm) -> None:
+        """Run ``jobs`` (as Ray tasks, or one at a time in a thread of this process), calling
+        ``on_done(run, exit status)`` as each ends; Ctrl-C stops them all with their checkpoints."""
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as local:
+            if self.ray is None:
+                pending = {
+                    local.submit(run_main, argv, run.folder / LOG_FILE, self.stop_file): run for run, argv in jobs
+                }
+            else:
+                pending = {self.remote.remote(argv, run.folder / LOG_FILE, self.stop_file): run for run, argv in jobs}
+            try:
+                while pending:
+                    for handle in self._ended(list(pending)):
+                        on_done(pending.pop(handle), self._exit_status(handle))
+                    bar.set_postfix_str(progress_text(list(pending.values())), refresh=True)
+            except KeyboardInterrupt:
+                self.stop_file.touch()  # each run passes it on to its main.py, which saves a checkpoint
+                if self.ray is None:
+                    for future in pending:
+                        future.cancel()  # not started yet
+                    concurrent.futures.wait([future for future in pending if not future.cancelled()], timeout=300)
+                else:
+                    self.ray.wait(list(pending), num_returns=len(pending), timeout=300)
+                raise
+
+    def _ended(self, handles: list[Any]) -> list[Any]:
+        """The runs among ``handles`` that ended within 2 seconds."""
         if self.ray is None:
-            for run, argv in jobs:
-                on_done(run, run_main(argv, run.folder / LOG_FILE, self.stop_file))
-            return
-        pending = {self.remote.remote(argv, run.folder / LOG_FILE, self.stop_file): run for run, argv in jobs}
+            return list(concurrent.futures.wait(handles, timeout=2.0, return_when="FIRST_COMPLETED").done)
+        return self.ray.wait(handles, num_returns=1, timeout=2.0)[0]
+
+    def _exit_status(self, handle: Any) -> int:
+        if self.ray is None:
+            return handle.result()
         try:
-            while pending:
-                ready, _ = self.ray.wait(list(pending), num_returns=1, timeout=2.0)
-                for ref in ready:
-                    run = pending.pop(ref)
-                    try:
-                        code = self.ray.get(ref)
-                    except self.ray.exceptions.RayError:
-                        code = -1  # the worker died: a failure like any other
-                    on_done(run, code)
-                bar.set_postfix_str(progress_text(list(pending.values())), refresh=True)
-        except KeyboardInterrupt:
-            self.stop_file.touch()  # each task passes it on to its main.py, which saves a checkpoint
-            self.ray.wait(list(pending), num_returns=len(pending), timeout=300)
-            raise
+            return self.ray.get(handle)
+        except self.ray.exceptions.RayError:
+            return -1  # the worker died: a failure like any other
 
     def close(self) -> None:
         if self.started_ray:
