@@ -243,16 +243,17 @@ def learn_from_actors(run: Trainer, pool: ActorPool) -> None:
     steps when it is ahead; with free it learns whenever no steps are waiting. The actors get
     the newest weights every --weights-every steps."""
     args, progress = run.args, run.progress
+    fixed_ratio = args.replay_ratio == "fixed"
     published = progress.step
     while progress.step < args.steps and not run.stop.requested:
-        learning = args.replay_ratio == "free" and progress.step > args.learning_starts
+        learning = not fixed_ratio and progress.step > args.learning_starts
         chunk = pool.next_chunk(wait=not learning)
         run.status["actors"] = pool.live
         for index in range(len(chunk) if chunk else 0):
             if progress.step >= args.steps or run.stop.requested:
                 break
             chunk.push(run.memory, index)
-            run.step_done(chunk.games.get(index), chunk.epsilon, learn=args.replay_ratio == "fixed")
+            run.step_done(chunk.games.get(index), chunk.epsilon, learn=fixed_ratio)
         if learning:
             run.learn()
         if progress.step - published >= args.weights_every:

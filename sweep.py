@@ -26,7 +26,6 @@ import concurrent.futures
 import csv
 import json
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -45,7 +44,7 @@ from utils_config import available_cpus
 from utils_config import build_parser as main_parser
 from utils_drl import CheckpointError, write_atomically
 from utils_env import game_name, resolve_env_id
-from utils_run import EPISODES_FILE, RunLogError, load_newest_checkpoint, read_rewards
+from utils_run import EPISODES_FILE, RunLogError, load_newest_checkpoint, read_episodes, read_rewards
 
 PROJECT_DIR = Path(__file__).resolve().parent
 REFERENCE_SCORES = PROJECT_DIR / "atari_reference_scores.csv"
@@ -153,20 +152,16 @@ def last_error(log: Path) -> str:
 def last_step(run: Run) -> int:
     """The step of the run's newest training game, for the progress bar (0 before the first)."""
     try:
-        with open(run.folder / EPISODES_FILE, "rb") as episodes:
-            episodes.seek(0, os.SEEK_END)
-            episodes.seek(max(0, episodes.tell() - 200))
-            line = episodes.read().decode(errors="replace").strip().splitlines()[-1]
-        return int(line.split(",")[0])
-    except (OSError, IndexError, ValueError):
+        games = read_episodes(run.folder / EPISODES_FILE)
+    except (RunLogError, OSError):  # not started yet, or a line being written
         return 0
+    return int(games[-1, 0]) if len(games) else 0
 
 
 class Executor:
     """Where runs go: Ray tasks (local or a cluster), or this process, one after another."""
 
     def __init__(self, address: str | None, threads: int, use_ray: bool, stop_file: Path) -> None:
-        self.threads = threads
         self.stop_file = stop_file
         stop_file.unlink(missing_ok=True)  # left by an interrupted sweep
         self.ray: Any = None
@@ -525,10 +520,9 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
         owned = [flag for flag in passed if flag.split("=")[0].lstrip("-").replace("-", "_") in SWEEP_OWNS]
         if owned:
             parser.error(f"{owned[0]} is set by the sweep for each run; leave it out")
-        known, unknown = main_parser().parse_known_args(passed)
+        _, unknown = main_parser().parse_known_args(passed)
         if unknown:
             parser.error(f"not a flag of sweep.py or main.py: {' '.join(unknown)}")
-        del known
     return arguments, passed
 
 

@@ -456,7 +456,10 @@ class PrioritizedReplayMemory(ReplayMemory):
         self.initial_td_errors[slot] = td_error
         affected = self._shift(np.full(len(self._push_offsets), slot), self._push_offsets)
         known = self.initial_td_errors[affected]
-        initial = np.where(np.isnan(known), self.max_priority, self.priority(known))
+        initial = np.full(len(affected), self.max_priority)
+        given = ~np.isnan(known)
+        if given.any():  # only Ape-X actors send TD errors: the single loop skips the power
+            initial[given] = self.priority(known[given])
         self.tree.update(affected, np.where(self.sampleable(affected), initial, 0.0))
         return slot
 
