@@ -41,6 +41,7 @@ from utils_apex import (
 from utils_config import (
     RESUMABLE_OPTIONS,
     available_cpus,
+    keep_freed_memory,
     learner_threads,
     parse_config,
     pick_device,
@@ -70,6 +71,8 @@ from utils_run import (
     start_episodes,
 )
 from utils_types import EvalResult, GameResult
+
+keep_freed_memory()  # for every tensor the learning step allocates (see utils_config)
 
 
 @dataclass
