@@ -67,6 +67,7 @@ from utils_run import (
     reconcile_with_checkpoint,
     remove_leftovers,
     rewards_line,
+    save_config,
     save_memory,
     start_episodes,
 )
@@ -344,9 +345,15 @@ class Trainer:
             for note in reconcile_with_checkpoint(out, checkpoint):
                 print(f"Note: {note}", flush=True)
         self.saved_step = self.progress.step
+        self.config = {k: v for k, v in vars(args).items() if k != "resume"}
+        save_config(out, self.config)
         start_episodes(out / EPISODES_FILE, self.progress.step)
         self.writer = open_tensorboard(out) if args.tensorboard else None
         self.bar: tqdm | None = None
+
+    def wall_seconds(self) -> float:
+        """The run's wall time so far, across resumes."""
+        return self.wall_base + time.perf_counter() - self.started
 
     def loop_clock(self) -> float:
         """Seconds of training so far in this process, evaluations left out, for steps/s."""
@@ -372,7 +379,7 @@ class Trainer:
         progress.step += 1
         if game is not None:
             progress.episodes += 1
-            append_line(self.out / EPISODES_FILE, episode_line(progress.step, game, epsilon))
+            append_line(self.out / EPISODES_FILE, episode_line(progress.step, game, epsilon, self.wall_seconds()))
             if self.writer:
                 self.writer.add_scalar("train/episode_score", game.score, progress.step)
                 self.writer.add_scalar("train/episode_length", game.length, progress.step)
@@ -429,12 +436,11 @@ class Trainer:
             raise TrainingDiverged(f"training diverged: the weights are no longer finite at step {progress.step}")
         if args.save_memory:
             save_memory(self.out / MEMORY_FILE, self.memory.state_dict(), progress.step, learning_config(args))
-        progress.wall_seconds = self.wall_base + time.perf_counter() - self.started
-        config = {k: v for k, v in vars(args).items() if k != "resume"}
+        progress.wall_seconds = self.wall_seconds()
         save_checkpoint(
             path,
             {
-                "config": config,
+                "config": self.config,
                 "run": asdict(progress),
                 "agent": self.agent.state_dict(),
                 "player": self.player.state_dict() if self.player else None,  # Ape-X: actors start new games
@@ -457,7 +463,7 @@ class Trainer:
         progress.last_score = float(np.mean(result.scores))
         if self.writer:
             self.writer.add_scalar("eval/score", progress.last_score, progress.step)
-        line = rewards_line(index, progress.step, result, self.wall_base + time.perf_counter() - self.started)
+        line = rewards_line(index, progress.step, result, self.wall_seconds())
         self.save(self.out / f"model_{index:03d}.pt", line)  # the checkpoint first: it carries the line
         append_line(self.out / REWARDS_FILE, line)
         self.evaluation_seconds += time.perf_counter() - evaluation_start

@@ -1,9 +1,10 @@
 """The run folder: its text logs, its checkpoints, its saved replay memory and its lock.
 
 - ``rewards.txt``: one line per evaluation (index, step, mean, std, min, max, episodes, wall seconds).
-- ``episodes.csv``: one line per finished training game (step, score, length, epsilon), with a header.
+- ``episodes.csv``: one line per finished training game (step, score, length, epsilon, seconds), with a header.
 - ``model_NNN.pt``: the checkpoint of evaluation NNN, carrying that evaluation's rewards.txt line;
   ``model_interrupted.pt``: the checkpoint of a run stopped with Ctrl-C.
+- ``config.json``: the run's options, as its checkpoints hold them (a small text copy, for reports).
 - ``memory.pt``: the replay memory at the latest checkpoint (``--save-memory``).
 - ``.lock``: held by the one process that trains in the folder.
 
@@ -14,6 +15,8 @@ checkpoint it starts from, so no evaluation or game is ever missing or logged tw
 from __future__ import annotations
 
 import fcntl
+import json
+import math
 import os
 import shutil
 import time
@@ -29,7 +32,10 @@ from utils_types import EvalResult, GameResult
 
 REWARDS_FILE = "rewards.txt"
 EPISODES_FILE = "episodes.csv"
-EPISODES_HEADER = "step,score,length,epsilon\n"
+EPISODES_HEADER = "step,score,length,epsilon,seconds\n"
+# Runs before the seconds column; read as seconds unknown (nan), and rewritten on resume.
+OLD_EPISODES_HEADER = "step,score,length,epsilon\n"
+CONFIG_FILE = "config.json"
 MEMORY_FILE = "memory.pt"
 INTERRUPTED_CHECKPOINT = "model_interrupted.pt"
 LOCK_FILE = ".lock"
@@ -118,9 +124,10 @@ def reconcile_rewards(run: Path, evaluations: int, saved_line: Callable[[int], s
     return notes
 
 
-def episode_line(step: int, game: GameResult, epsilon: float) -> str:
-    """``step`` is the training step at which the game ended; ``length`` counts agent steps."""
-    return f"{step},{game.score:g},{game.length},{epsilon:.4f}\n"
+def episode_line(step: int, game: GameResult, epsilon: float, wall_seconds: float) -> str:
+    """``step`` is the training step at which the game ended; ``length`` counts agent steps;
+    ``wall_seconds`` is the run's wall time then, across resumes, as in rewards.txt."""
+    return f"{step},{game.score:g},{game.length},{epsilon:.4f},{wall_seconds:.1f}\n"
 
 
 def reconcile_with_checkpoint(run: Path, checkpoint: dict[str, Any]) -> list[str]:
@@ -148,27 +155,47 @@ def start_episodes(path: Path, step: int) -> None:
     text = path.read_text()
     games = read_episodes(path)
     kept = text.splitlines()[1 : 1 + int(np.sum(games[:, 0] <= step))]
-    if len(kept) < len(games) or not text.endswith("\n"):
+    if text.startswith(OLD_EPISODES_HEADER):  # the games before this version: wall time unknown
+        kept = [f"{line},nan" for line in kept]
+    if len(kept) < len(games) or not text.startswith(EPISODES_HEADER) or not text.endswith("\n"):
         write_atomically(path, (EPISODES_HEADER + "".join(line + "\n" for line in kept)).encode())
 
 
 def read_episodes(path: Path) -> np.ndarray:
-    """episodes.csv as a float array of shape (games, 4): step, score, length, epsilon."""
+    """episodes.csv as a float array of shape (games, 5): step, score, length, epsilon, seconds
+    (nan in a file written before the seconds column)."""
     if not path.is_file():
         raise RunLogError(f"no training-game log {path}")
     lines = path.read_text().splitlines()
-    if not lines or lines[0] + "\n" != EPISODES_HEADER:
+    header = lines[0] + "\n" if lines else ""
+    if header not in (EPISODES_HEADER, OLD_EPISODES_HEADER):
         raise RunLogError(f"{path}:1: expected the header {EPISODES_HEADER.strip()!r}")
+    columns = header.strip().split(",")
     rows = []
     for number, line in enumerate(lines[1:], start=2):
         try:
             row = [float(field) for field in line.split(",")]
         except ValueError:
             row = []
-        if len(row) != 4:
-            raise RunLogError(f"{path}:{number}: expected 4 numbers (step,score,length,epsilon), got {line!r}")
-        rows.append(row)
-    return np.array(rows, dtype=np.float64).reshape(-1, 4)
+        if len(row) != len(columns):
+            raise RunLogError(f"{path}:{number}: expected {len(columns)} numbers ({','.join(columns)}), got {line!r}")
+        rows.append(row + [math.nan] * (5 - len(row)))
+    return np.array(rows, dtype=np.float64).reshape(-1, 5)
+
+
+def save_config(run: Path, config: dict[str, Any]) -> None:
+    write_atomically(run / CONFIG_FILE, (json.dumps(config, indent=1, sort_keys=True) + "\n").encode())
+
+
+def read_config(run: Path) -> dict[str, Any]:
+    """The run's options: config.json, or for runs older than it the newest checkpoint's."""
+    path = run / CONFIG_FILE
+    if path.is_file():
+        try:
+            return json.loads(path.read_text())
+        except ValueError as error:
+            raise RunLogError(f"{path}: not JSON ({error})") from None
+    return load_newest_checkpoint(run)[1]["config"]
 
 
 class RunFolderError(Exception):

@@ -226,11 +226,12 @@ def test_reconcile_rewards_refuses_garbage_naming_path_and_line(tmp_path, text, 
 
 def test_start_episodes_refuses_garbage_and_repairs_a_missing_newline(tmp_path):
     path = tmp_path / "episodes.csv"
-    path.write_text("step,score,length,epsilon\n10,1,5,0.5\n20,2,6,0.5")
+    header = "step,score,length,epsilon,seconds\n"
+    path.write_text(header + "10,1,5,0.5,1.0\n20,2,6,0.5,2.0")
     start_episodes(path, 30)
-    assert path.read_text() == "step,score,length,epsilon\n10,1,5,0.5\n20,2,6,0.5\n"
-    path.write_text("step,score,length,epsilon\n10,1,5,0.5\nten,1,5,0.5\n")
-    with pytest.raises(RunLogError, match=f"{path}:3: expected 4 numbers"):
+    assert path.read_text() == header + "10,1,5,0.5,1.0\n20,2,6,0.5,2.0\n"
+    path.write_text(header + "10,1,5,0.5,1.0\nten,1,5,0.5,2.0\n")
+    with pytest.raises(RunLogError, match=f"{path}:3: expected 5 numbers"):
         start_episodes(path, 30)
 
 

@@ -1,5 +1,6 @@
 """End to end: python main.py on a real ALE game, its outputs, resume, Ctrl-C and bad input."""
 
+import json
 import re
 import signal
 import subprocess
@@ -68,6 +69,10 @@ def test_train_render_checkpoint_and_resume(tmp_path):
     assert np.all(played[:, 2] >= 1) and played[:, 2].sum() <= 300  # lengths in agent steps
     expected_epsilon = [linear_schedule(int(step), 1.0, 0.1, 1_000_000) for step in played[:, 0]]
     np.testing.assert_allclose(played[:, 3], expected_epsilon, atol=1e-4)
+    wall = played[:, 4]  # the run's wall time at each game's end, up to the last evaluation's
+    last_evaluation_seconds = float((run / "rewards.txt").read_text().split()[-1])  # rounded to a second
+    assert np.all(wall > 0) and np.all(np.diff(wall) >= 0) and wall[-1] <= last_evaluation_seconds + 0.5
+    assert json.loads((run / "config.json").read_text()) == checkpoint["config"]
 
     before = (run / "rewards.txt").read_text()
     games_before = (run / "episodes.csv").read_text()

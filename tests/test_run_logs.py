@@ -11,7 +11,14 @@ import plot
 from utils_drl import save_checkpoint
 from utils_env import Player
 from utils_memory import ReplayMemory
-from utils_run import EPISODES_HEADER, RunLogError, episode_line, read_episodes, start_episodes
+from utils_run import (
+    EPISODES_HEADER,
+    OLD_EPISODES_HEADER,
+    RunLogError,
+    episode_line,
+    read_episodes,
+    start_episodes,
+)
 from utils_types import GameResult, StepResult
 
 
@@ -42,19 +49,23 @@ def test_player_reports_raw_score_and_length_of_whole_games():
 
 
 def write_episodes(path: Path, steps: list[int]) -> None:
-    path.write_text(EPISODES_HEADER + "".join(episode_line(s, GameResult(s / 10, s // 2), 0.5) for s in steps))
+    """Games ending at ``steps``, scoring steps / 10, lasting steps // 2, at wall time steps / 100 s."""
+    lines = (episode_line(s, GameResult(s / 10, s // 2), 0.5, s / 100) for s in steps)
+    path.write_text(EPISODES_HEADER + "".join(lines))
 
 
 def test_episode_lines_and_reading_them(tmp_path):
-    assert episode_line(1234, GameResult(17.0, 456), 0.123456) == "1234,17,456,0.1235\n"
+    assert episode_line(1234, GameResult(17.0, 456), 0.123456, 98.76) == "1234,17,456,0.1235,98.8\n"
     path = tmp_path / "episodes.csv"
     write_episodes(path, [10, 30])
-    np.testing.assert_array_equal(read_episodes(path), [[10, 1.0, 5, 0.5], [30, 3.0, 15, 0.5]])
+    np.testing.assert_array_equal(read_episodes(path), [[10, 1.0, 5, 0.5, 0.1], [30, 3.0, 15, 0.5, 0.3]])
     path.write_text(EPISODES_HEADER)
-    assert read_episodes(path).shape == (0, 4)
-    path.write_text(EPISODES_HEADER + "10,1,5\n")
-    with pytest.raises(RunLogError, match=f"{path}:2: expected 4 numbers"):
+    assert read_episodes(path).shape == (0, 5)
+    path.write_text(EPISODES_HEADER + "10,1,5,0.5\n")
+    with pytest.raises(RunLogError, match=f"{path}:2: expected 5 numbers"):
         read_episodes(path)
+    path.write_text(OLD_EPISODES_HEADER + "10,1,5,0.5\n")  # a run from before the seconds column
+    np.testing.assert_array_equal(read_episodes(path), [[10, 1.0, 5, 0.5, np.nan]])
     path.write_text("10,1,5,0.5\n")
     with pytest.raises(RunLogError, match=f"{path}:1: expected the header"):
         read_episodes(path)
@@ -71,6 +82,9 @@ def test_start_episodes_creates_the_header_and_drops_games_after_the_checkpoint(
     start_episodes(path, 50)
     assert path.stat().st_mtime_ns == before  # nothing to drop: not rewritten
     assert not list(tmp_path.glob(".*tmp*"))
+    path.write_text(OLD_EPISODES_HEADER + "10,1,5,0.5\n30,3,15,0.5\n")  # resuming a run of an older version
+    start_episodes(path, 10)
+    assert path.read_text() == EPISODES_HEADER + "10,1,5,0.5,nan\n"
 
 
 def test_plot_train_draws_a_moving_average_over_the_games(tmp_path, capsys):
@@ -128,3 +142,26 @@ def test_learning_report_groups_games_by_step_range(tmp_path):
         "100k-150k": ["11000.05*", "(2)", "12.05"],
     }
     assert "uniform: 0k: 1.0, 50k: 2.0, 100k: 8.0, 120k: 9.5" in table
+    # Time to score 23.3 (the default): the mean of 100 games; these runs have too few games.
+    assert report["time_to_score"]["step"] is None and report["wall_seconds"] == 1200.0
+    assert "uniform: not reached in 120,000 steps" in table
+    # Games ending every 1,000 steps score step / 10: the first 100 average 5,050, at step 100,000 (1,000 s).
+    long = fake_benchmark_run(tmp_path / "long", list(range(1_000, 121_000, 1_000)), [(0, 1.0), (120_000, 5.0)])
+    report = bench.learning_report(long, threshold=5050.0)
+    assert report["time_to_score"] == {"threshold": 5050.0, "window": 100, "step": 100_000, "seconds": 1000.0}
+    assert "long: step 100,000 (16.7 min)" in bench.learning_table([report])
+
+
+def test_time_to_score_is_the_first_game_where_the_moving_mean_reaches_the_threshold(tmp_path):
+    path = tmp_path / "episodes.csv"
+    write_episodes(path, [10, 20, 30, 40, 50])  # scores 1..5, wall times 0.1..0.5 s
+    games = read_episodes(path)
+    # Means of the last 3 games: 2 (after game 3), 3 (game 4), 4 (game 5).
+    assert bench.time_to_score(games, 3.0, window=3) == {"threshold": 3.0, "window": 3, "step": 40, "seconds": 0.4}
+    assert bench.time_to_score(games, 2.0, window=3)["step"] == 30  # reached by the first full window
+    assert bench.time_to_score(games, 4.5, window=3)["step"] is None  # never reached
+    assert bench.time_to_score(games, 0.0, window=6)["step"] is None  # fewer games than the window
+    path.write_text(OLD_EPISODES_HEADER + "10,1,5,0.5\n20,9,5,0.5\n")
+    assert bench.time_to_score(read_episodes(path), 5.0, window=2) == {
+        "threshold": 5.0, "window": 2, "step": 20, "seconds": None,  # older runs kept no wall time
+    }  # fmt: skip
