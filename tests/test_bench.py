@@ -6,8 +6,9 @@ import math
 import bench
 
 KEYS = [
-    "train_step_ms", "act_ms", "env_step_ms", "bound_sps", "sps_uniform", "sps_prioritized",
-    "efficiency_uniform", "efficiency_prioritized", "bytes_per_transition_uniform",
+    "train_step_ms", "act_ms", "env_step_ms", "bound_isolated_sps", "work_in_loop_order_uniform_ms", "bound_uniform_sps",
+    "work_in_loop_order_prioritized_ms", "bound_prioritized_sps",
+    "sps_uniform", "sps_prioritized", "efficiency_uniform", "efficiency_prioritized", "bytes_per_transition_uniform",
     "bytes_per_transition_prioritized", "memory_push_us", "memory_sample_us", "memory_sample_3step_us", "priority_update_us",
     "priority_cycle_us", "sps_alone", "sps_beside_busy_core", "sps_two_runs_total", "busy_core_over_alone",
     "two_runs_over_alone",
