@@ -246,7 +246,7 @@ def bench_apex(env_id: str, quick: bool) -> dict[str, Any]:
     seconds = 5.0 if quick else 20.0
     try:
         for actors, td_errors in ((1, False), (2, False), (1, True)):
-            config = ActorConfig(env_id, 0, 0.0, 108_000, 1, 0.99, False, False, 50, 100, td_errors)
+            config = ActorConfig({"env_id": env_id}, {}, 0, 1, 0.99, 50, 100, td_errors)
             pool = ActorPool(config, actors, timeout=120.0, report=print)
             pool.publish(export_weights(Agent(AtariEnv(env_id, 0).n_actions).online, 0))
             chunk = None

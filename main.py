@@ -116,7 +116,7 @@ class StopRequest:
 def run_evaluation(args: argparse.Namespace, agent: Agent, index: int, out: Path) -> EvalResult:
     """Evaluate on a fresh game seeded by (seed, index), so a resumed run evaluates identically."""
     seed = int(np.random.SeedSequence([args.seed, index, 1]).generate_state(1)[0])
-    env = AtariEnv(args.env, seed, args.sticky_actions, args.max_episode_frames)
+    env = AtariEnv(seed=seed, **env_options(args))
     rng = np.random.default_rng(seed)
     frame_dir = out / f"eval_{index:03d}" if args.render else None
     return evaluate(
@@ -149,8 +149,8 @@ def main(argv: list[str] | None = None) -> int:
 def play_checkpoint(args: argparse.Namespace, checkpoint: dict[str, Any]) -> int:
     """Play --eval-episodes games with the checkpoint's network, printing each game's score."""
     use_threads(args.threads)
-    env = AtariEnv(args.env, args.seed, args.sticky_actions, args.max_episode_frames)
-    agent = Agent(env.n_actions, pick_device(args.device), dueling=args.dueling, seed=args.seed)
+    env = AtariEnv(seed=args.seed, **env_options(args))
+    agent = Agent(env.n_actions, pick_device(args.device), seed=args.seed, **agent_options(args))
     agent.online.load_state_dict(checkpoint["agent"]["online"])
     print(
         f"Playing {args.env} with {args.evaluate} (trained {checkpoint['run']['step']} steps): "
@@ -235,7 +235,7 @@ def play_and_learn(run: Trainer) -> None:
     --train-every steps from the replay memory."""
     args, agent, player, progress = run.args, run.agent, run.player, run.progress
     while progress.step < args.steps and not run.stop.requested:
-        epsilon = linear_schedule(progress.step, args.eps_start, args.eps_end, args.eps_decay_steps)
+        epsilon = exploration(args, progress.step)
         game = player.step(agent.act(player.state, epsilon))  # pushes the step into the memory
         run.step_done(game, epsilon, learn=True)
 
@@ -268,7 +268,7 @@ def learn_from_actors(run: Trainer, pool: ActorPool) -> None:
 def refill_by_playing(run: Trainer, count: int) -> None:
     """Play ``count`` steps into the memory with the current policy, not counted as training."""
     args, agent, player = run.args, run.agent, run.player
-    epsilon = linear_schedule(run.progress.step, args.eps_start, args.eps_end, args.eps_decay_steps)
+    epsilon = exploration(args, run.progress.step)
     player.new_game()  # an empty memory must start with the first frame of a game
     for _ in tqdm(range(count), desc="refilling replay memory", unit="step", mininterval=1.0):
         if run.stop.requested:
@@ -303,31 +303,11 @@ class Trainer:
             note = local_cpus_note(args.actors, available_cpus())
             if note:
                 print(f"Note: {note}", flush=True)
-        env = AtariEnv(args.env, args.seed, args.sticky_actions, args.max_episode_frames)
-        self.agent = Agent(
-            env.n_actions,
-            device,
-            lr=args.lr,
-            adam_eps=args.adam_eps,
-            loss=args.loss,
-            grad_clip=args.grad_clip,
-            double=args.double,
-            dueling=args.dueling,
-            seed=args.seed,
-        )
+        env = AtariEnv(seed=args.seed, **env_options(args))
+        self.agent = Agent(env.n_actions, device, seed=args.seed, **agent_options(args))
         # A checkpoint holds the online and target weights and Adam's two moments.
         check_free_space(out, 4 * sum(p.numel() * p.element_size() for p in self.agent.online.parameters()))
-        memory_type = PrioritizedReplayMemory if args.prioritized else ReplayMemory
-        options = {"alpha": args.alpha, "priority_eps": args.priority_eps} if args.prioritized else {}
-        self.memory = memory_type(
-            args.memory_size,
-            device=device,
-            seed=args.seed,
-            n_step=args.n_step,
-            gamma=args.gamma,
-            streams=max(1, args.actors),  # Ape-X: one stream per actor
-            **options,
-        )
+        self.memory = build_memory(args, device)
         self.player = None if args.actors else Player(env, self.memory)  # Ape-X: the actors play
         self.progress = Progress()
         self.updates = 0  # gradient steps taken in this process
@@ -524,16 +504,61 @@ def learning_config(args: argparse.Namespace) -> dict[str, Any]:
     return {k: v for k, v in vars(args).items() if k not in RESUMABLE_OPTIONS | {"out", "evaluate"}}
 
 
-def actor_config(args: argparse.Namespace) -> ActorConfig:
-    return ActorConfig(
-        env=args.env,
+# The flags become the game, the agent and the replay memory here, and only here.
+
+
+def env_options(args: argparse.Namespace) -> dict[str, Any]:
+    """AtariEnv's keyword arguments but the seed (each game gets its own)."""
+    return {
+        "env_id": args.env,
+        "sticky_actions": args.sticky_actions,
+        "max_episode_frames": args.max_episode_frames,
+        "noop_max": args.noop_max,
+        "fire_reset": args.fire_reset,
+    }
+
+
+def agent_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Agent's keyword arguments but the device and the seed."""
+    return {
+        "lr": args.lr,
+        "adam_eps": args.adam_eps,
+        "loss": args.loss,
+        "grad_clip": args.grad_clip,
+        "double": args.double,
+        "dueling": args.dueling,
+        "separate_target": args.target_every > 1,  # a target updated every step is the online network
+        "augment": args.augment,
+    }
+
+
+def build_memory(args: argparse.Namespace, device: torch.device) -> ReplayMemory:
+    memory_type = PrioritizedReplayMemory if args.prioritized else ReplayMemory
+    options = {"alpha": args.alpha, "priority_eps": args.priority_eps} if args.prioritized else {}
+    return memory_type(
+        args.memory_size,
+        device=device,
         seed=args.seed,
-        sticky_actions=args.sticky_actions,
-        max_episode_frames=args.max_episode_frames,
         n_step=args.n_step,
         gamma=args.gamma,
-        double=args.double,
-        dueling=args.dueling,
+        streams=max(1, args.actors),  # Ape-X: one stream per actor
+        **options,
+    )
+
+
+def exploration(args: argparse.Namespace, step: int) -> float:
+    """The training epsilon: --eps-start for --eps-decay-start steps, then linearly to --eps-end
+    over --eps-decay-steps."""
+    return linear_schedule(max(0, step - args.eps_decay_start), args.eps_start, args.eps_end, args.eps_decay_steps)
+
+
+def actor_config(args: argparse.Namespace) -> ActorConfig:
+    return ActorConfig(
+        env=env_options(args),
+        agent=agent_options(args),
+        seed=args.seed,
+        n_step=args.n_step,
+        gamma=args.gamma,
         chunk_steps=args.chunk_steps,
         weights_every=args.weights_every,
         td_errors=args.prioritized,  # initial priorities

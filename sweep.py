@@ -2,6 +2,7 @@
 
     python sweep.py --envs Breakout Pong --seeds 0 1 2 [main.py flags ...] --out SWEEP
     python sweep.py --envs atari5 --seeds 0 1 2 --steps 10000000 --out SWEEP   # the Atari-5 subset
+    python sweep.py --envs atari100k --seeds 0 1 2 --preset atari100k --out SWEEP  # Atari 100k, DrQ(eps)
     python sweep.py --report SWEEP                                             # the table and figure again
 
 Each (game, seed) is an ordinary ``python main.py`` run in ``SWEEP/<Game>-seed<seed>/``, with the
@@ -40,7 +41,7 @@ from matplotlib.figure import Figure
 from tqdm import tqdm
 
 import plot
-from utils_config import available_cpus
+from utils_config import available_cpus, options_of
 from utils_config import build_parser as main_parser
 from utils_drl import CheckpointError, write_atomically
 from utils_env import game_name, resolve_env_id
@@ -48,12 +49,18 @@ from utils_run import EPISODES_FILE, RunLogError, load_newest_checkpoint, read_e
 
 PROJECT_DIR = Path(__file__).resolve().parent
 REFERENCE_SCORES = PROJECT_DIR / "atari_reference_scores.csv"
-# Aitchison et al. (2023), "Atari-5: Distilling the Arcade Learning Environment down to Five Games".
-PRESETS = {
+GAME_SETS = {
+    # Aitchison et al. (2023), "Atari-5: Distilling the Arcade Learning Environment down to Five Games".
     "atari5": ["BattleZone", "DoubleDunk", "NameThisGame", "Phoenix", "Qbert"],
     "atari10": [
         "Amidar", "Bowling", "Frostbite", "KungFuMaster", "Riverraid",
         "BattleZone", "DoubleDunk", "NameThisGame", "Phoenix", "Qbert",
+    ],
+    # The 26 games of Atari 100k (Kaiser et al. 2020), with main.py's --preset atari100k.
+    "atari100k": [
+        "Alien", "Amidar", "Assault", "Asterix", "BankHeist", "BattleZone", "Boxing", "Breakout", "ChopperCommand",
+        "CrazyClimber", "DemonAttack", "Freeway", "Frostbite", "Gopher", "Hero", "Jamesbond", "Kangaroo", "Krull",
+        "KungFuMaster", "MsPacman", "Pong", "PrivateEye", "Qbert", "RoadRunner", "Seaquest", "UpNDown",
     ],
 }  # fmt: skip
 SWEEP_OWNS = {"env", "seed", "out", "resume", "evaluate"}  # main.py flags the sweep sets for each run
@@ -83,7 +90,7 @@ def expand_envs(names: list[str]) -> list[str]:
     """Game names with the presets spelled out, each once, in the order given."""
     games: list[str] = []
     for name in names:
-        for game in PRESETS.get(name.lower(), [name]):
+        for game in GAME_SETS.get(name.lower(), [name]):
             try:
                 resolved = game_name(resolve_env_id(game))
             except ValueError as error:
@@ -228,7 +235,7 @@ def sweep(arguments: argparse.Namespace, passed: list[str]) -> int:
     out = Path(arguments.out)
     games = expand_envs(arguments.envs)
     runs = plan(out, games, arguments.seeds)
-    steps = int(main_parser().parse_known_args(passed)[0].steps)
+    steps = int(options_of(passed).steps)  # --preset atari100k sets 100,000
     threads = threads_of(passed)
     states = {run: run_state(run, steps) for run in runs}
     done = [run for run in runs if states[run] == "done"]
@@ -506,7 +513,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(
         prog="sweep.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
     )
-    parser.add_argument("--envs", nargs="+", help="games, or a preset: atari5, atari10")
+    parser.add_argument("--envs", nargs="+", help="games, or a set of them: atari5, atari10, atari100k")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--out", help="the sweep folder: one run folder per game and seed")
     parser.add_argument("--ray-address", help="send the runs to this running Ray cluster")

@@ -64,14 +64,11 @@ class RayStartError(ApexError):
 
 @dataclass(frozen=True)
 class ActorConfig:
-    env: str
+    env: dict[str, Any]  # AtariEnv's keyword arguments but the seed (main.env_options)
+    agent: dict[str, Any]  # Agent's keyword arguments (main.agent_options)
     seed: int
-    sticky_actions: float
-    max_episode_frames: int
     n_step: int
     gamma: float
-    double: bool
-    dueling: bool
     chunk_steps: int
     weights_every: int
     td_errors: bool  # compute each transition's TD error (for prioritized replay)
@@ -131,9 +128,9 @@ class Actor:
         self.process = int.from_bytes(os.urandom(7), "little")
         # Seeded per process: a restarted actor plays new games rather than replaying its first ones.
         seed = int(np.random.SeedSequence([config.seed, 2, index, self.process]).generate_state(1)[0])
-        env = AtariEnv(config.env, seed, config.sticky_actions, config.max_episode_frames)
+        env = AtariEnv(seed=seed, **config.env)
         self.epsilon = actor_epsilons(count)[index]
-        self.agent = Agent(env.n_actions, "cpu", double=config.double, dueling=config.dueling, seed=seed)
+        self.agent = Agent(env.n_actions, "cpu", seed=seed, **config.agent)
         # The steps not sent yet and the 3 before them, whose frames their stacks need.
         capacity = config.chunk_steps + config.n_step + STACK_DEPTH + 1
         self.recent = ReplayMemory(capacity, STACK_DEPTH, n_step=config.n_step, gamma=config.gamma, seed=seed)

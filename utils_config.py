@@ -39,7 +39,43 @@ POSITIVE_INTS = (
     "steps", "memory_size", "batch_size", "train_every", "target_every", "eval_every", "eval_episodes", "n_step",
     "weights_every", "chunk_steps",
 )  # fmt: skip
-NON_NEGATIVE_INTS = ("seed", "learning_starts", "eps_decay_steps", "actors")
+NON_NEGATIVE_INTS = ("seed", "learning_starts", "eps_decay_steps", "eps_decay_start", "actors", "noop_max")
+
+# Named recipes: --preset NAME sets these options, each still overridable by its own flag.
+PRESETS: dict[str, dict[str, Any]] = {
+    # Atari 100k (Kaiser et al. 2020): 100k agent steps, no sticky actions. The recipe is DrQ(eps)
+    # (Agarwal et al. 2021) as Dopamine's dopamine/labs/atari_100k/configs/DrQ_eps.gin sets it, with
+    # Dopamine's Atari preprocessing (no no-op starts, no FIRE press, a lost life terminal for learning).
+    "atari100k": {
+        "steps": 100_000,
+        "memory_size": 100_000,  # every step (Dopamine: 1M, "a proxy for unbounded memory")
+        "learning_starts": 1_600,
+        "train_every": 1,
+        "target_every": 1,  # the target network is the online network
+        "n_step": 10,
+        "gamma": 0.99,
+        "batch_size": 32,
+        "lr": 1e-4,
+        "adam_eps": 1.5e-4,
+        "loss": "huber",
+        "grad_clip": math.inf,  # Dopamine's optimizer does not clip
+        "eps_start": 1.0,
+        "eps_end": 0.01,
+        "eps_decay_steps": 5_000,
+        "eps_decay_start": 1_600,  # Dopamine holds epsilon at 1 until learning starts
+        "double": True,
+        "dueling": True,
+        "prioritized": False,
+        "augment": "shift",
+        "sticky_actions": 0.0,
+        "noop_max": 0,
+        "fire_reset": False,
+        "max_episode_frames": 108_000,  # 27,000 agent steps
+        "eval_every": 100_000,  # one evaluation after training (and the untrained one, line 0)
+        "eval_episodes": 100,
+        "eval_epsilon": 0.001,
+    },
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,6 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add = parser.add_argument
+    add(
+        "--preset",
+        choices=sorted(PRESETS),
+        default=None,
+        help="a named recipe: sets its options (see README, Presets); flags given beside it override them",
+    )
     add("--env", default="Breakout", help="game name (Breakout, pong, space_invaders) or full id (ALE/Breakout-v5)")
     add("--steps", type=int, default=10_000_000, help="training agent steps (4 frames each)")
     add("--seed", type=int, default=0)
@@ -70,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
     # Preprocessing (Machado et al. 2018 protocol: --sticky-actions 0.25).
     add("--sticky-actions", type=float, default=0.0, help="probability of repeating the previous action")
     add("--max-episode-frames", type=int, default=108_000, help="cut episodes after this many frames")
+    add("--noop-max", type=int, default=30, help="each game starts with 1 to this many no-op frames (0: none)")
+    add(
+        "--fire-reset",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="press FIRE at the start of each game and after each lost life, in games that wait for it",
+    )
     # Replay and learning: Mnih et al. 2015 defaults, with Adam (as CleanRL) in place of RMSProp.
     add("--memory-size", type=int, default=1_000_000)
     add("--batch-size", type=int, default=32)
@@ -90,8 +139,15 @@ def build_parser() -> argparse.ArgumentParser:
     add("--eps-start", type=float, default=1.0)
     add("--eps-end", type=float, default=0.1)
     add("--eps-decay-steps", type=int, default=1_000_000)
+    add("--eps-decay-start", type=int, default=0, help="steps at --eps-start before epsilon starts to decay")
     add("--double", action="store_true", help="Double DQN targets (van Hasselt et al. 2016)")
     add("--dueling", action="store_true", help="dueling network head (Wang et al. 2016)")
+    add(
+        "--augment",
+        choices=("none", "shift"),
+        default="none",
+        help="shift: learn on frames shifted by up to 4 pixels, a new shift per sample (DrQ, Kostrikov et al. 2020)",
+    )
     # Prioritized replay (Schaul et al. 2016, proportional variant).
     add("--prioritized", action="store_true", help="proportional prioritized experience replay")
     add("--alpha", type=float, default=0.6, help="priority exponent")
@@ -129,6 +185,8 @@ def parse_config(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, 
     configuration. Returns the options and the checkpoint to start from (None for a new run)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.resume is None and args.evaluate is None:  # else the saved run's options hold
+        apply_preset(parser, args, argv)
     if args.evaluate is not None:
         return playback_config(parser, args, argv)
     checkpoint = None
@@ -149,6 +207,24 @@ def parse_config(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, 
     check_values(parser, args)
     check_training(parser, args, resuming=checkpoint is not None)
     return args, checkpoint
+
+
+def apply_preset(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str] | None) -> None:
+    """Set the options of ``--preset`` (if any) that ``argv`` does not give explicitly."""
+    if args.preset is not None:
+        given = explicit_options(parser, argv)
+        for name, value in PRESETS[args.preset].items():
+            if name not in given:
+                setattr(args, name, value)
+
+
+def options_of(argv: list[str]) -> argparse.Namespace:
+    """main.py's options for ``argv`` (unknown flags ignored), the preset applied, unchecked: for
+    tools that pass flags through to main.py and need to know some of them."""
+    parser = build_parser()
+    args = parser.parse_known_args(argv)[0]
+    apply_preset(parser, args, argv)
+    return args
 
 
 def playback_config(
@@ -254,7 +330,8 @@ def check_training(parser: argparse.ArgumentParser, args: argparse.Namespace, re
     if args.learning_starts >= args.steps and not resuming:
         parser.error(f"--learning-starts {args.learning_starts} must be below --steps {args.steps}")
     if args.out is None:
-        args.out = f"runs/{game_name(args.env)}-seed{args.seed}{'-per' if args.prioritized else ''}"
+        preset = f"-{args.preset}" if args.preset else ""
+        args.out = f"runs/{game_name(args.env)}-seed{args.seed}{'-per' if args.prioritized else ''}{preset}"
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         parser.error(f"--out {out} is a file, not a folder")
@@ -268,11 +345,14 @@ def explicit_options(parser: argparse.ArgumentParser, argv: list[str] | None) ->
     for action in parser._actions:
         if action.option_strings and action.dest != "help":
             kwargs = {"dest": action.dest, "default": argparse.SUPPRESS}
-            if action.nargs == 0:
+            options = action.option_strings
+            if isinstance(action, argparse.BooleanOptionalAction):
+                kwargs["action"], options = argparse.BooleanOptionalAction, options[:1]  # it adds --no-X itself
+            elif action.nargs == 0:
                 kwargs["action"] = "store_true"
             else:
                 kwargs["type"] = action.type
-            quiet.add_argument(*action.option_strings, **kwargs)
+            quiet.add_argument(*options, **kwargs)
     return vars(quiet.parse_known_args(argv)[0])
 
 

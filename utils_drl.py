@@ -44,6 +44,8 @@ class Agent:
         grad_clip: float = 10.0,
         double: bool = False,
         dueling: bool = False,
+        separate_target: bool = True,
+        augment: str = "none",
         stack_depth: int = 4,
         frame_size: int = 84,
         seed: int = 0,
@@ -57,9 +59,15 @@ class Agent:
         # Channels-last weights make the convolutions about 20% faster on a CPU (oneDNN kernels).
         layout = {"device": self.device, "memory_format": torch.channels_last}
         self.online = NatureCNN(n_actions, stack_depth, frame_size, dueling).to(**layout)
-        self.target = NatureCNN(n_actions, stack_depth, frame_size, dueling).to(**layout)
-        self.target.requires_grad_(False)
-        self.sync_target()
+        # Without a separate target network (a target update every step, as in the Atari 100k
+        # recipes) the target is the online network itself: nothing to copy, one forward pass less.
+        self.target = self.online
+        if separate_target:
+            self.target = NatureCNN(n_actions, stack_depth, frame_size, dueling).to(**layout)
+            self.target.requires_grad_(False)
+            self.sync_target()
+        # Random shifts draw from their own generator, so that a resumed run draws the same ones.
+        self.shift_rng = torch.Generator().manual_seed(seed) if augment == "shift" else None
         # The fused kernel updates all parameters in one pass: a quarter off a CPU learning step.
         fused = True if self.device.type in ("cpu", "cuda") else None
         self.optimizer = torch.optim.Adam(self.online.parameters(), lr=lr, eps=adam_eps, fused=fused)
@@ -79,7 +87,8 @@ class Agent:
         the discount is gamma ** n, or 0 when the window ended with a terminal step."""
         with torch.no_grad():
             next_q_target = self.target(batch.next_states)
-            if self.double:
+            # With the target network the online one, Double DQN's target is the plain max.
+            if self.double and self.target is not self.online:
                 best = self.online(batch.next_states).argmax(dim=1, keepdim=True)
                 next_q = next_q_target.gather(1, best).squeeze(1)
             else:
@@ -92,7 +101,13 @@ class Agent:
             return (self.td_targets(batch) - self._taken_q(batch)).abs().cpu().numpy()
 
     def learn(self, batch: Batch) -> LearnResult:
-        """One gradient step on the importance-weighted TD loss."""
+        """One gradient step on the importance-weighted TD loss (on randomly shifted frames with
+        ``augment="shift"``: the states and the next states each get their own shifts)."""
+        if self.shift_rng is not None:
+            batch = batch._replace(
+                states=random_shift(batch.states, SHIFT_PIXELS, self.shift_rng),
+                next_states=random_shift(batch.next_states, SHIFT_PIXELS, self.shift_rng),
+            )
         q = self._taken_q(batch)
         targets = self.td_targets(batch)
         loss = (batch.weights * self.loss_function(q, targets, reduction="none")).mean()
@@ -110,21 +125,44 @@ class Agent:
         return all(bool(torch.isfinite(weights).all()) for weights in self.online.parameters())
 
     def sync_target(self) -> None:
-        self.target.load_state_dict(self.online.state_dict())
+        if self.target is not self.online:
+            self.target.load_state_dict(self.online.state_dict())
 
     def state_dict(self) -> dict[str, Any]:
-        return {
+        state = {
             "online": self.online.state_dict(),
             "target": self.target.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "rng": self.rng.bit_generator.state,
         }
+        if self.shift_rng is not None:
+            state["shift_rng"] = self.shift_rng.get_state()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.online.load_state_dict(state["online"])
         self.target.load_state_dict(state["target"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.rng.bit_generator.state = state["rng"]
+        if self.shift_rng is not None:
+            self.shift_rng.set_state(state["shift_rng"])
+
+
+SHIFT_PIXELS = 4  # DrQ's padding: shifts of up to 4 pixels each way on 84x84 frames
+
+
+def random_shift(frames: torch.Tensor, pixels: int, generator: torch.Generator) -> torch.Tensor:
+    """DrQ's augmentation (Kostrikov et al. 2020): each sample of a (B, C, H, W) batch padded by
+    ``pixels`` with copies of its edge pixels and cropped back to (H, W) at a random offset, i.e.
+    shifted by -pixels..pixels in each direction, every channel alike. One gather on the batch:
+    a shifted pixel reads its source pixel, with the source clamped to the frame."""
+    batch, channels, height, width = frames.shape
+    shifts = torch.randint(-pixels, pixels + 1, (batch, 2), generator=generator).to(frames.device)
+    rows = (torch.arange(height, device=frames.device) + shifts[:, :1]).clamp_(0, height - 1)  # (B, H)
+    columns = (torch.arange(width, device=frames.device) + shifts[:, 1:]).clamp_(0, width - 1)  # (B, W)
+    sources = (rows[:, :, None] * width + columns[:, None, :]).view(batch, 1, height * width)
+    flat = frames.reshape(batch, channels, height * width)
+    return flat.gather(2, sources.expand(batch, channels, height * width)).view(batch, channels, height, width)
 
 
 class CheckpointError(Exception):

@@ -3,8 +3,8 @@
 Preprocessing follows Mnih et al. (2015) and Machado et al. (2018): each agent step
 repeats the action for 4 emulator frames and keeps the pixel-wise max of the last two
 (Atari sprites flicker), converts to grayscale and resizes to 84x84 by area averaging. Episodes start
-with up to 30 random no-op frames, FIRE is pressed after a reset and after each lost
-life in games that wait for it, and an episode is cut at 108,000 frames (30 minutes).
+with up to 30 random no-op frames (``noop_max``), FIRE is pressed after a reset and after each lost
+life in games that wait for it (``fire_reset``), and an episode is cut at 108,000 frames (30 minutes).
 
 Training and evaluation use this one class, so they see identical observations for
 identical emulator states; they differ only in what they do with ``StepResult``:
@@ -91,6 +91,7 @@ class AtariEnv:
         sticky_actions: float = 0.0,
         max_episode_frames: int = 108_000,
         noop_max: int = 30,
+        fire_reset: bool = True,
     ) -> None:
         env = gym.make(
             env_id,
@@ -107,7 +108,7 @@ class AtariEnv:
         self.n_actions = len(self._actions)
         self._fire = (
             self._actions[self.action_meanings.index("FIRE")]
-            if "FIRE" in self.action_meanings and self.n_actions >= 3
+            if fire_reset and "FIRE" in self.action_meanings and self.n_actions >= 3
             else None
         )
         self.max_episode_frames = max_episode_frames

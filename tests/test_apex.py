@@ -27,6 +27,9 @@ APEX = [
 ]  # fmt: skip
 
 
+PONG = {"env_id": "ALE/Pong-v5", "max_episode_frames": 400}  # an actor's game options
+
+
 class RecordingPool(utils_apex.ActorPool):
     """The pool main.py starts, kept where a test can reach it."""
 
@@ -55,9 +58,7 @@ def test_chunks_rebuild_the_actors_transitions_and_td_errors_in_the_learners_mem
     """Chunk after chunk into one stream of a two-stream memory: the learner's stacks and
     n-step windows, rebuilt across chunk boundaries, give exactly the TD errors the actor sent,
     and the sum tree holds the priorities of those errors."""
-    config = ActorConfig(
-        "ALE/Pong-v5", 0, 0.0, 400, n_step, 0.99, False, False, chunk_steps=30, weights_every=1, td_errors=True
-    )
+    config = ActorConfig(PONG, {}, 0, n_step, 0.99, chunk_steps=30, weights_every=1, td_errors=True)
     actor = Actor(config, index=1, count=2)
     learner = Agent(actor.agent.n_actions, seed=5)
     weights = export_weights(learner.online, version=0)
@@ -84,7 +85,7 @@ def test_chunks_rebuild_the_actors_transitions_and_td_errors_in_the_learners_mem
 
 
 def test_chunks_shorter_than_the_n_step_window_still_send_every_step_in_order():
-    config = ActorConfig("ALE/Pong-v5", 0, 0.0, 400, 5, 0.99, False, False, 2, 100, td_errors=False)
+    config = ActorConfig(PONG, {}, 0, 5, 0.99, 2, 100, td_errors=False)
     actor = Actor(config, 0, 1)
     starts = []
     for _ in range(6):
@@ -94,7 +95,7 @@ def test_chunks_shorter_than_the_n_step_window_still_send_every_step_in_order():
 
 
 def test_weights_are_taken_every_weights_every_steps():
-    config = ActorConfig("ALE/Pong-v5", 0, 0.0, 400, 1, 0.99, False, False, 20, weights_every=50, td_errors=False)
+    config = ActorConfig(PONG, {}, 0, 1, 0.99, 20, weights_every=50, td_errors=False)
     actor = Actor(config, 0, 1)
     agent = Agent(actor.agent.n_actions, seed=9)
     first, second = export_weights(agent.online, 0), export_weights(Agent(actor.agent.n_actions, seed=10).online, 1)

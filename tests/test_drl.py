@@ -3,9 +3,10 @@
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from utils_drl import Agent, CheckpointError, linear_schedule, load_checkpoint, save_checkpoint
+from utils_drl import Agent, CheckpointError, linear_schedule, load_checkpoint, random_shift, save_checkpoint
 from utils_model import NatureCNN
 from utils_types import Batch
 
@@ -71,6 +72,80 @@ def test_td_targets_by_hand():
     # Double DQN: G + discount * Q_target(s', argmax_a Q_online(s', a))
     agent.double = True
     assert torch.allclose(agent.td_targets(batch), torch.tensor([1 + 0.9 * 5, -1.0, 1.81 + 0.729 * 2]))
+
+
+def test_td_targets_with_the_online_network_as_target():
+    """A target updated every step (the Atari 100k recipes) is the online network: one network,
+    and Double DQN's target is then the plain max of its values."""
+    agent = Agent(3, separate_target=False)
+    assert agent.target is agent.online
+    agent.online = agent.target = PixelQ(row=0)
+    rows = [[[1, 9, 2], [0, 0, 0]], [[7, 0, 0], [0, 0, 0]]]
+    batch = make_batch(rows, returns=[1.0, 2.0], discounts=[0.9, 0.5])
+    expected = torch.tensor([1 + 0.9 * 9, 2 + 0.5 * 7])
+    assert torch.allclose(agent.td_targets(batch), expected)
+    agent.double = True
+    assert torch.allclose(agent.td_targets(batch), expected)
+
+
+def test_without_a_separate_target_nothing_is_copied_and_checkpoints_round_trip(tmp_path):
+    agent = Agent(4, seed=6, lr=1e-3, separate_target=False)
+    agent.learn(real_batch())
+    agent.sync_target()  # a no-op: nothing to copy
+    assert agent.target is agent.online
+    save_checkpoint(tmp_path / "model_000.pt", {"agent": agent.state_dict()})
+    restored = Agent(4, seed=99, lr=1e-3, separate_target=False)
+    restored.load_state_dict(load_checkpoint(tmp_path / "model_000.pt")["agent"])
+    batch = real_batch(seed=1)
+    assert agent.learn(batch).loss == restored.learn(batch).loss
+
+
+def edge_filled_crop(frames: torch.Tensor, pixels: int, shifts: torch.Tensor) -> torch.Tensor:
+    """DrQ's definition, sample by sample: pad by ``pixels`` repeating the edges, crop at the shift."""
+    padded = F.pad(frames.float(), (pixels,) * 4, mode="replicate")
+    height, width = frames.shape[-2:]
+    crops = [
+        padded[i, :, pixels + dy : pixels + dy + height, pixels + dx : pixels + dx + width]
+        for i, (dy, dx) in enumerate(shifts.tolist())
+    ]
+    return torch.stack(crops).to(frames.dtype)
+
+
+def test_random_shift_is_an_edge_filled_shift_per_sample():
+    frames = torch.randint(0, 256, (64, 4, 12, 10), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    shifted = random_shift(frames, 3, torch.Generator().manual_seed(7))
+    assert shifted.shape == frames.shape and shifted.dtype == torch.uint8
+    shifts = torch.randint(-3, 4, (64, 2), generator=torch.Generator().manual_seed(7))  # the draws it made
+    assert torch.equal(shifted, edge_filled_crop(frames, 3, shifts))
+    assert len({tuple(shift) for shift in shifts.tolist()}) > 20  # each sample its own shift, of 49
+    assert shifts.min() == -3 and shifts.max() == 3
+    # A shift of (1, -2) by hand: row i reads row i + 1, column j reads column j - 2, clamped to the frame.
+    one = frames[:1]
+    by_hand = one[:, :, [min(i + 1, 11) for i in range(12)]][:, :, :, [max(j - 2, 0) for j in range(10)]]
+    assert torch.equal(edge_filled_crop(one, 3, torch.tensor([[1, -2]])), by_hand)
+    # Views (the memory's states are a slice of its gathered frames) are read as they are.
+    wide = torch.randint(0, 256, (8, 5, 12, 10), dtype=torch.uint8)
+    generator = torch.Generator().manual_seed(1)
+    assert torch.equal(
+        random_shift(wide[:, 1:], 2, generator), random_shift(wide[:, 1:].contiguous(), 2, generator.manual_seed(1))
+    )
+
+
+def test_learning_with_shifts_is_learning_on_shifted_states_and_next_states():
+    """--augment shift: the states, then the next states, each get their own shifts from the
+    agent's generator (seeded by the run's seed), and learning goes on exactly as without."""
+    batch = real_batch()
+    shifting = Agent(4, seed=5, lr=1e-3, augment="shift")
+    plain = Agent(4, seed=5, lr=1e-3)
+    generator = torch.Generator().manual_seed(5)
+    shifted = batch._replace(
+        states=random_shift(batch.states, 4, generator), next_states=random_shift(batch.next_states, 4, generator)
+    )
+    assert not torch.equal(shifted.states, batch.states)
+    assert shifting.learn(batch).loss == plain.learn(shifted).loss
+    for a, b in zip(shifting.online.parameters(), plain.online.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert shifting.learn(batch).loss != plain.learn(shifted).loss  # new shifts for the next batch
 
 
 def real_batch(n=8, seed=0) -> Batch:

@@ -127,8 +127,13 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes_at_its_step(tmp_path):
     np.testing.assert_array_equal(games(run, "model_001.pt")[: len(interrupted)], interrupted)
 
 
-def test_resume_with_saved_memory_is_equivalent_to_an_uninterrupted_run(tmp_path):
-    common = [*TINY, "--eval-every", "150", "--save-memory", "--seed", "3"]
+@pytest.mark.parametrize(
+    "recipe",
+    [[], ["--augment", "shift", "--target-every", "1", "--double", "--dueling", "--n-step", "3", "--train-every", "1"]],
+    ids=["nature", "atari100k-like"],
+)
+def test_resume_with_saved_memory_is_equivalent_to_an_uninterrupted_run(tmp_path, recipe):
+    common = [*TINY, *recipe, "--eval-every", "150", "--save-memory", "--seed", "3"]
     assert main.main([*common, "--steps", "450", "--out", str(tmp_path / "straight")]) == 0
     assert main.main([*common, "--steps", "150", "--out", str(tmp_path / "split")]) == 0
     assert main.main(["--resume", str(tmp_path / "split"), "--steps", "450"]) == 0
@@ -140,7 +145,8 @@ def test_resume_with_saved_memory_is_equivalent_to_an_uninterrupted_run(tmp_path
     assert straight["run"]["episodes"] == split["run"]["episodes"]
     assert rewards(tmp_path / "straight") == rewards(tmp_path / "split")
     assert len(games(tmp_path / "straight", "model_003.pt")) >= 1
-    assert (tmp_path / "straight" / "episodes.csv").read_text() == (tmp_path / "split" / "episodes.csv").read_text()
+    games_played = [read_episodes(tmp_path / run / "episodes.csv")[:, :4] for run in ("straight", "split")]
+    np.testing.assert_array_equal(*games_played)  # all but the wall times
 
 
 @pytest.mark.parametrize(
@@ -234,3 +240,36 @@ def test_tensorboard_scalars(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit):
         main.main(["--tensorboard", "--out", str(tmp_path / "other")])
     assert "--tensorboard needs the tensorboard package" in capsys.readouterr().err
+
+
+def test_a_preset_sets_its_recipe_and_flags_beside_it_override(tmp_path):
+    args, _ = utils_config.parse_config(["--preset", "atari100k", "--env", "Pong", "--out", str(tmp_path / "a")])
+    recipe = utils_config.PRESETS["atari100k"]
+    assert {name: getattr(args, name) for name in recipe} == recipe
+    assert args.n_step == 10 and args.augment == "shift" and args.target_every == 1 and not args.fire_reset
+    args, _ = utils_config.parse_config(
+        ["--preset", "atari100k", "--n-step", "3", "--fire-reset", "--out", str(tmp_path / "b")]
+    )
+    assert args.n_step == 3 and args.fire_reset and args.noop_max == 0 and args.eval_epsilon == 0.001
+    args, _ = utils_config.parse_config(["--no-fire-reset", "--noop-max", "0", "--out", str(tmp_path / "c")])
+    assert not args.fire_reset and args.noop_max == 0 and args.preset is None and args.n_step == 1
+    args, _ = utils_config.parse_config(["--preset", "atari100k", "--env", "Pong"])
+    assert args.out == "runs/Pong-seed0-atari100k"
+
+
+def test_the_atari100k_preset_runs_end_to_end_and_resumes(tmp_path):
+    """Augmentation, one update per step, the target network the online one, a final evaluation."""
+    run = tmp_path / "run"
+    small = ["--learning-starts", "100", "--memory-size", "1000", "--eval-episodes", "1", "--max-episode-frames", "400"]
+    done = run_main("--preset", "atari100k", "--env", "Pong", "--steps", "250", *small, "--out", str(run))
+    assert done.returncode == 0, done.stderr
+    assert [(i, s) for i, s, _ in rewards(run)] == [(0, 0), (1, 250)]  # before training and after it
+    checkpoint = load_checkpoint(run / "model_001.pt")
+    config = checkpoint["config"]
+    assert config["preset"] == "atari100k" and config["augment"] == "shift" and config["train_every"] == 1
+    assert "shift_rng" in checkpoint["agent"]
+    online, target = checkpoint["agent"]["online"], checkpoint["agent"]["target"]
+    assert all(torch.equal(online[key], target[key]) for key in online)  # one network
+    resumed = run_main("--resume", str(run), "--steps", "300")
+    assert resumed.returncode == 0, resumed.stderr
+    assert [(i, s) for i, s, _ in rewards(run)] == [(0, 0), (1, 250), (2, 300)]

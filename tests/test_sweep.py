@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import sweep
+from utils_config import options_of
 
 TINY = [
     "--steps", "300", "--learning-starts", "100", "--memory-size", "1000", "--eval-every", "150",
@@ -131,6 +132,15 @@ def test_bad_input_is_one_line(argv, message, capsys):
     assert error[-1].startswith("sweep.py: error: ") and message in error[-1]
 
 
-def test_presets_expand_to_the_atari_5_and_10_games():
+def test_game_sets_expand_to_the_atari_5_10_and_100k_games():
     assert sweep.expand_envs(["atari5"]) == ["BattleZone", "DoubleDunk", "NameThisGame", "Phoenix", "Qbert"]
     assert len(sweep.expand_envs(["atari10", "pong"])) == 11
+    atari100k = sweep.expand_envs(["atari100k"])
+    assert len(atari100k) == 26 and {"Alien", "Boxing", "Breakout", "Freeway", "KungFuMaster", "Pong"} <= set(atari100k)
+
+
+def test_the_sweep_reads_the_steps_of_a_preset():
+    """A run is finished at the preset's --steps (100k), not main.py's default 10M."""
+    assert options_of(["--preset", "atari100k", "--threads", "1"]).steps == 100_000
+    assert options_of(["--preset", "atari100k", "--steps", "3000"]).steps == 3000
+    assert options_of(["--steps", "3000"]).steps == 3000
