@@ -15,15 +15,17 @@ shares). Without Ray, runs go one after another here. A run that fails is retrie
 
 The report scores each run by its last evaluation, normalised per game as
 (score - random) / (human - random) with the published reference scores in
-``atari_reference_scores.csv``, and aggregates over games with the mean, the median and the
-interquartile mean (IQM), each with a 95% stratified bootstrap confidence interval (Agarwal et
-al. 2021: seeds resampled within each game).
+``atari_reference_scores.csv``, and aggregates over games with rliable (Agarwal et al. 2021): the
+mean, the median, the interquartile mean (IQM) and the optimality gap, each with a 95% stratified
+bootstrap confidence interval (runs resampled within each game), and performance profiles. A
+sweep of Atari 100k runs is set beside the published DER, DrQ(eps) and SPR runs on its games.
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import csv
 import json
 import math
@@ -31,13 +33,15 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
+from rliable import library as rly
+from rliable import metrics
 from tqdm import tqdm
 
 import plot
@@ -45,7 +49,7 @@ from utils_config import available_cpus, options_of
 from utils_config import build_parser as main_parser
 from utils_drl import CheckpointError, write_atomically
 from utils_env import game_name, resolve_env_id
-from utils_run import EPISODES_FILE, RunLogError, load_newest_checkpoint, read_episodes, read_rewards
+from utils_run import EPISODES_FILE, RunLogError, load_newest_checkpoint, read_config, read_episodes, read_rewards
 
 PROJECT_DIR = Path(__file__).resolve().parent
 REFERENCE_SCORES = PROJECT_DIR / "atari_reference_scores.csv"
@@ -322,33 +326,67 @@ def reference_scores(path: Path = REFERENCE_SCORES) -> dict[str, tuple[float, fl
         return {row["game"]: (float(row["random"]), float(row["human"])) for row in rows}
 
 
-def iqm(scores: np.ndarray) -> float:
-    """Interquartile mean: the mean of the middle half, int(n / 4) scores cut from each end (as
-    scipy's ``trim_mean(scores, 0.25)``)."""
-    ordered = np.sort(np.asarray(scores, dtype=np.float64).ravel())
-    cut = int(0.25 * ordered.size)
-    return float(ordered[cut : ordered.size - cut].mean())
-
-
-AGGREGATES: dict[str, Callable[[np.ndarray], float]] = {
-    "mean": lambda scores: float(np.mean(scores)),
-    "median": lambda scores: float(np.median(scores)),
-    "iqm": iqm,
+# The aggregate metrics of Agarwal et al. (2021), computed by their library, rliable: over a
+# (runs, games) matrix of human-normalised scores; the median is that of the games' mean scores.
+METRICS: dict[str, Callable[[np.ndarray], float]] = {
+    "mean": metrics.aggregate_mean,
+    "median": metrics.aggregate_median,
+    "iqm": metrics.aggregate_iqm,
+    "optimality_gap": metrics.aggregate_optimality_gap,
 }
+PUBLISHED = PROJECT_DIR / "results" / "atari100k" / "published"  # Atari 100k references (SOURCES.md there)
 
 
-def stratified_bootstrap(
-    table: np.ndarray, statistic: Callable[[np.ndarray], float], samples: int, seed: int = 0
-) -> tuple[float, float]:
-    """95% percentile interval of ``statistic`` over a (games, seeds) table, resampling the seeds
-    of each game with replacement (each game keeps its number of runs)."""
-    rng = np.random.default_rng(seed)
-    games, seeds = table.shape
-    picks = rng.integers(0, seeds, size=(samples, games, seeds))
-    values = np.array([statistic(table[np.arange(games)[:, None], pick]) for pick in picks])
-    tail = (1 - CONFIDENCE) / 2 * 100
-    low, high = np.percentile(values, [tail, 100 - tail])
-    return float(low), float(high)
+def interval_estimates(
+    scores: dict[str, Any], statistic: Callable[..., Any], samples: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """rliable's point estimates and 95% stratified bootstrap intervals of ``statistic`` for each entry
+    of ``scores``: a (runs, games) matrix, or a pair of them (each resampled on its own)."""
+    with seeded_numpy():
+        return rly.get_interval_estimates(scores, statistic, reps=samples, confidence_interval_size=CONFIDENCE)
+
+
+@contextlib.contextmanager
+def seeded_numpy(seed: int = 0) -> Iterator[None]:
+    """rliable's bootstrap draws from numpy's global generator (its random_state argument is not
+    used for the draws): seed it, so that a report is the same every time, and restore it."""
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.set_state(state)
+
+
+def aggregates(matrices: dict[str, np.ndarray], samples: int) -> dict[str, dict[str, Any]]:
+    """Each algorithm's METRICS with their intervals."""
+    points, intervals = interval_estimates(
+        matrices, lambda scores: np.array([statistic(scores) for statistic in METRICS.values()]), samples
+    )
+    return {
+        name: {
+            metric: {
+                "value": float(points[name][i]),
+                "interval": (float(intervals[name][0, i]), float(intervals[name][1, i])),
+            }
+            for i, metric in enumerate(METRICS)
+        }
+        for name in matrices
+    }
+
+
+def published_scores(games: list[str]) -> tuple[dict[str, dict[str, float]], dict[str, np.ndarray]]:
+    """Atari 100k references: each game's published mean score per algorithm (the 26 games), and
+    per algorithm a (runs, games) matrix of raw scores when every one of ``games`` has its runs."""
+    with open(PUBLISHED / "means.csv") as source:
+        means = {row.pop("game"): {name: float(value) for name, value in row.items()} for row in csv.DictReader(source)}
+    runs = json.loads((PUBLISHED / "runs.json").read_text())
+    matrices = {
+        name: np.array([per_game[game] for game in games]).T
+        for name, per_game in runs.items()
+        if all(game in per_game for game in games)
+    }
+    return {game: means[game] for game in games if game in means}, matrices
 
 
 def collect(out: Path, unreadable: dict[str, str] | None = None) -> dict[str, dict[int, list[tuple[int, float]]]]:
@@ -374,12 +412,18 @@ def collect(out: Path, unreadable: dict[str, str] | None = None) -> dict[str, di
 
 def summarize(out: Path, samples: int = BOOTSTRAP_SAMPLES) -> dict[str, Any]:
     """Per game, each seed's last evaluation and their mean and std; over games, the human-normalised
-    mean, median and IQM with their intervals (games without reference scores left out, named)."""
+    METRICS with their intervals (games without reference scores left out, named). A sweep of
+    Atari 100k runs (--preset atari100k) is also set beside the published DER, DrQ(eps) and SPR
+    runs on the same games: their aggregates, and the probability that ours improves on each."""
     unreadable: dict[str, str] = {}
     results = collect(out, unreadable)
     if not results:
         raise SweepError(f"{out} holds no run folders with evaluations (<Game>-seed<N>/rewards.txt)")
     references = reference_scores()
+    atari100k = all(
+        preset_of(out / f"{game}-seed{seed}") == "atari100k" for game, seeds in results.items() for seed in seeds
+    )
+    published_means, published_runs = published_scores(sorted(results)) if atari100k else ({}, {})
     games: dict[str, Any] = {}
     for game, seeds in sorted(results.items()):
         last = {seed: evaluations[-1][1] for seed, evaluations in sorted(seeds.items())}
@@ -391,6 +435,8 @@ def summarize(out: Path, samples: int = BOOTSTRAP_SAMPLES) -> dict[str, Any]:
             "mean": float(scores.mean()),
             "std": float(scores.std(ddof=1)) if scores.size > 1 else 0.0,
         }
+        if game in published_means:
+            games[game]["published"] = published_means[game]
         if game in references:
             random, human = references[game]
             games[game]["human_normalised"] = {
@@ -406,33 +452,65 @@ def summarize(out: Path, samples: int = BOOTSTRAP_SAMPLES) -> dict[str, Any]:
     }
     seeds_per_game = {len(values) for values in normalised.values()}
     if normalised and len(seeds_per_game) == 1:
-        table = np.array([list(values.values()) for values in normalised.values()])
-        summary["aggregate"] = {
-            name: {"value": statistic(table), "interval": stratified_bootstrap(table, statistic, samples)}
-            for name, statistic in AGGREGATES.items()
-        }
+        names = list(normalised)
+        ours = np.array([list(normalised[game].values()) for game in names]).T  # (runs, games)
+        matrices = {"ours": ours}
+        if published_runs and names == sorted(results):
+            scale = np.array([references[game] for game in names])  # (games, [random, human])
+            for name, raw in published_runs.items():
+                matrices[name] = (raw - scale[:, 0]) / (scale[:, 1] - scale[:, 0])
+            pairs = {name: [ours, matrix] for name, matrix in matrices.items() if name != "ours"}
+            points, intervals = interval_estimates(pairs, metrics.probability_of_improvement, samples)
+            summary["improvement"] = {
+                name: {"value": float(points[name]), "interval": tuple(float(end) for end in np.ravel(intervals[name]))}
+                for name in pairs
+            }
+            summary["published_runs"] = {name: int(matrix.shape[0]) for name, matrix in published_runs.items()}
+        summary["aggregates"] = aggregates(matrices, samples)
+        summary["runs_per_game"] = int(ours.shape[0])
     elif normalised:
         summary["note"] = "games have different numbers of finished seeds: no aggregate until the sweep completes"
     return summary
 
 
+def preset_of(run: Path) -> str | None:
+    try:
+        return read_config(run).get("preset")
+    except (RunLogError, CheckpointError, OSError):
+        return None
+
+
 def markdown(summary: dict[str, Any]) -> str:
-    lines = ["| game | seed | last evaluation | at step | human-normalised |", "|---|---|---|---|---|"]
+    published = sorted({name for entry in summary["games"].values() for name in entry.get("published", {})})
+    header = "| game | seed | last evaluation | at step | human-normalised |" + "".join(
+        f" {name} |" for name in published
+    )
+    lines = [header, "|---" * (5 + len(published)) + "|"]
     for game, entry in summary["games"].items():
         for seed, score in entry["last_score"].items():
             normalised = entry.get("human_normalised", {}).get(seed)
             shown = f"{normalised:.3f}" if normalised is not None else "—"
-            lines.append(f"| {game} | {seed} | {score:.1f} | {entry['last_step'][seed]:,} | {shown} |")
-        lines.append(f"| **{game}** | mean ± std | **{entry['mean']:.1f} ± {entry['std']:.1f}** | | |")
-    if "aggregate" in summary:
-        percent = round(100 * summary["confidence"])
-        lines += ["", f"| human-normalised, over games | value | {percent}% interval (stratified bootstrap) |"]
-        lines.append("|---|---|---|")
-        for name, entry in summary["aggregate"].items():
-            low, high = entry["interval"]
             lines.append(
-                f"| {name.upper() if name == 'iqm' else name} | {entry['value']:.3f} | [{low:.3f}, {high:.3f}] |"
+                f"| {game} | {seed} | {score:.1f} | {entry['last_step'][seed]:,} | {shown} |" + " |" * len(published)
             )
+        means = "".join(f" {entry.get('published', {}).get(name, math.nan):.1f} |" for name in published)
+        lines.append(f"| **{game}** | mean ± std | **{entry['mean']:.1f} ± {entry['std']:.1f}** | | |{means}")
+    if "aggregates" in summary:
+        percent = round(100 * summary["confidence"])
+        games = len(summary["games"]) - len(summary["without_reference"])
+        lines += ["", f"Human-normalised scores over {games} games, {summary['runs_per_game']} runs of ours per game"]
+        if "published_runs" in summary:
+            runs = ", ".join(f"{name} {count}" for name, count in summary["published_runs"].items())
+            lines[-1] += f" (published: {runs} runs per game)"
+        lines[-1] += f"; {percent}% stratified bootstrap intervals (rliable):"
+        lines += ["", "| | " + " | ".join(metric.replace("_", " ").replace("iqm", "IQM") for metric in METRICS) + " |"]
+        lines.append("|---" * (1 + len(METRICS)) + "|")
+        for name, values in summary["aggregates"].items():
+            cells = [f"{v['value']:.3f} [{v['interval'][0]:.3f}, {v['interval'][1]:.3f}]" for v in values.values()]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    for name, entry in summary.get("improvement", {}).items():
+        low, high = entry["interval"]
+        lines.append(f"\nProbability that ours improves on {name}: {entry['value']:.3f} [{low:.3f}, {high:.3f}]")
     if summary.get("note"):
         lines += ["", f"Note: {summary['note']}."]
     for run, reason in summary["unreadable"].items():
@@ -443,12 +521,14 @@ def markdown(summary: dict[str, Any]) -> str:
 
 
 def figure(out: Path, summary: dict[str, Any]) -> Figure:
-    """One panel per game with its seeds' evaluation curves, and the IQM of the human-normalised
-    scores over training steps with its interval."""
+    """One panel per game with its seeds' evaluation curves; the IQM of the human-normalised scores
+    over training steps with its interval; each game's normalised scores beside the published ones
+    (Atari 100k); and the performance profiles."""
     results = collect(out)
     games = list(summary["games"])
-    columns = min(3, len(games) + 1)
-    rows = math.ceil((len(games) + 1) / columns)
+    extra = 1 + ("aggregates" in summary) * 2
+    columns = min(3, len(games) + extra)
+    rows = math.ceil((len(games) + extra) / columns)
     drawing = Figure(figsize=(4.5 * columns, 3.2 * rows), dpi=110, layout="constrained")
     panels = drawing.subplots(rows, columns, squeeze=False).ravel()
     for panel, game in zip(panels, games, strict=False):
@@ -465,9 +545,60 @@ def figure(out: Path, summary: dict[str, Any]) -> Figure:
     iqm_panel.set_xlabel("training steps")
     iqm_panel.set_ylabel("human-normalised score")
     iqm_panel.grid(alpha=0.3)
-    for panel in panels[len(games) + 1 :]:
+    if "aggregates" in summary:
+        draw_games(panels[len(games) + 1], summary, references)
+        draw_profiles(panels[len(games) + 2], summary, references)
+    for panel in panels[len(games) + extra :]:
         panel.set_visible(False)
     return drawing
+
+
+def draw_games(panel: Any, summary: dict[str, Any], references: dict[str, tuple[float, float]]) -> None:
+    """Each game's human-normalised score: our runs as dots, the published means as marks."""
+    games = [game for game in summary["games"] if "human_normalised" in summary["games"][game]]
+    for x, game in enumerate(games):
+        entry = summary["games"][game]
+        panel.scatter(
+            [x] * len(entry["human_normalised"]), list(entry["human_normalised"].values()), color="black", s=12
+        )
+        random, human = references[game]
+        for (name, score), marker in zip(entry.get("published", {}).items(), "s^v", strict=False):
+            panel.scatter(
+                [x + 0.2], [(score - random) / (human - random)], marker=marker, s=20, label=name if x == 0 else None
+            )
+    panel.set_xticks(range(len(games)), games, rotation=45, ha="right", fontsize=7)
+    panel.set_title("each game: our runs (dots), published means")
+    panel.set_ylabel("human-normalised score")
+    panel.grid(alpha=0.3)
+    if any("published" in summary["games"][game] for game in games):
+        panel.legend(fontsize=7)
+
+
+def draw_profiles(panel: Any, summary: dict[str, Any], references: dict[str, tuple[float, float]]) -> None:
+    """rliable's performance profiles: the fraction of runs scoring above each normalised score."""
+    matrices = profile_matrices(summary, references)
+    top = max(float(matrix.max()) for matrix in matrices.values())
+    taus = np.linspace(0.0, max(top, 0.1), 101)
+    with seeded_numpy():
+        profiles, bands = rly.create_performance_profile(matrices, taus, reps=200)
+    for name, profile in profiles.items():
+        panel.plot(taus, profile, label=name)
+        panel.fill_between(taus, bands[name][0], bands[name][1], alpha=0.15, linewidth=0)
+    panel.set_title("performance profiles")
+    panel.set_xlabel("human-normalised score τ")
+    panel.set_ylabel("fraction of runs above τ")
+    panel.legend(fontsize=7)
+    panel.grid(alpha=0.3)
+
+
+def profile_matrices(summary: dict[str, Any], references: dict[str, tuple[float, float]]) -> dict[str, np.ndarray]:
+    games = [game for game in summary["games"] if "human_normalised" in summary["games"][game]]
+    matrices = {"ours": np.array([list(summary["games"][game]["human_normalised"].values()) for game in games]).T}
+    if "published_runs" in summary:
+        _, runs = published_scores(games)
+        scale = np.array([references[game] for game in games])
+        matrices.update({name: (raw - scale[:, 0]) / (scale[:, 1] - scale[:, 0]) for name, raw in runs.items()})
+    return matrices
 
 
 def iqm_curve(
@@ -481,18 +612,19 @@ def iqm_curve(
     reached = min(len(evaluations) for game in games for evaluations in results[game].values())
     steps, values, lows, highs = [], [], [], []
     for index in range(reached):
-        table = np.array(
+        matrix = np.array(
             [
                 [(evaluations[index][1] - references[game][0]) / (references[game][1] - references[game][0])
                  for evaluations in list(results[game].values())[:seeds]]
                 for game in games
             ]
-        )  # fmt: skip
-        low, high = stratified_bootstrap(table, iqm, samples)
+        ).T  # fmt: skip
+        points, intervals = interval_estimates({"iqm": matrix}, metrics.aggregate_iqm, samples)
         steps.append(next(iter(results[games[0]].values()))[index][0])
-        values.append(iqm(table))
-        lows.append(low)
-        highs.append(high)
+        low, high = np.ravel(intervals["iqm"])
+        values.append(float(points["iqm"]))
+        lows.append(float(low))
+        highs.append(float(high))
     return steps, values, lows, highs
 
 

@@ -21,24 +21,6 @@ def write_rewards(folder: Path, scores: list[float], every: int = 100) -> None:
     (folder / "rewards.txt").write_text("\n".join(lines) + "\n")
 
 
-def test_iqm_is_the_mean_of_the_middle_half():
-    assert sweep.iqm(np.arange(1, 9)) == 4.5  # 3, 4, 5, 6
-    assert sweep.iqm([4, 1, 3, 2]) == 2.5  # 2, 3
-    assert sweep.iqm([10, 0, 1, 2, 3]) == 2.0  # 1, 2, 3: int(5 / 4) = 1 cut from each end
-    assert sweep.iqm([7]) == 7.0
-
-
-def test_stratified_bootstrap_resamples_seeds_within_each_game():
-    # One game, seeds 0 and 1: the mean of two draws is 0, 0.5 or 1 with probabilities 1/4, 1/2, 1/4.
-    low, high = sweep.stratified_bootstrap(np.array([[0.0, 1.0]]), sweep.AGGREGATES["mean"], 4000)
-    assert (low, high) == (0.0, 1.0)
-    # Games whose seeds agree: resampling within games never changes the table, so no spread
-    # (pooling the runs of both games would).
-    table = np.array([[0.0, 0.0, 0.0], [10.0, 10.0, 10.0]])
-    for statistic in sweep.AGGREGATES.values():
-        assert sweep.stratified_bootstrap(table, statistic, 500) == (statistic(table), statistic(table))
-
-
 def test_report_normalises_by_the_reference_scores_and_aggregates(tmp_path):
     references = sweep.reference_scores()
     assert len(references) == 57 and all(human > random for random, human in references.values())
@@ -47,6 +29,7 @@ def test_report_normalises_by_the_reference_scores_and_aggregates(tmp_path):
     write_rewards(tmp_path / "Breakout-seed0", [1.0, 30.0])
     write_rewards(tmp_path / "Breakout-seed1", [1.0, 40.0])
     summary = sweep.summarize(tmp_path, samples=200)
+    assert "published_runs" not in summary  # not Atari 100k runs
     pong_random, pong_human = references["Pong"]
     breakout_random, breakout_human = references["Breakout"]
     expected = {
@@ -63,17 +46,51 @@ def test_report_normalises_by_the_reference_scores_and_aggregates(tmp_path):
         assert summary["games"][game]["human_normalised"] == pytest.approx(seeds)
     assert summary["games"]["Breakout"]["mean"] == 35.0
     assert summary["games"]["Breakout"]["std"] == pytest.approx(np.std([30, 40], ddof=1))
-    all_four = [value for seeds in expected.values() for value in seeds.values()]
-    aggregate = summary["aggregate"]
-    assert aggregate["mean"]["value"] == pytest.approx(np.mean(all_four))
-    assert aggregate["median"]["value"] == pytest.approx(np.median(all_four))
-    assert aggregate["iqm"]["value"] == pytest.approx(np.mean(sorted(all_four)[1:3]))
-    low, high = aggregate["iqm"]["interval"]
-    assert low <= aggregate["iqm"]["value"] <= high
+    aggregate = summary["aggregates"]["ours"]
+    # rliable's definitions over the (runs, games) matrix: the mean of all, the median of the games' means,
+    # the mean of the middle half, and the mean shortfall below a normalised score of 1.
+    matrix = np.array([list(expected["Breakout"].values()), list(expected["Pong"].values())]).T
+    assert aggregate["mean"]["value"] == pytest.approx(matrix.mean())
+    assert aggregate["median"]["value"] == pytest.approx(np.median(matrix.mean(axis=0)))
+    assert aggregate["iqm"]["value"] == pytest.approx(np.mean(np.sort(matrix.ravel())[1:3]))
+    assert aggregate["optimality_gap"]["value"] == pytest.approx(np.mean(1 - np.minimum(matrix, 1)))
+    for entry in aggregate.values():
+        low, high = entry["interval"]
+        assert low <= entry["value"] <= high
+    assert sweep.summarize(tmp_path, samples=200) == summary  # seeded: the same intervals again
+    # Games whose runs agree: resampling runs within each game never changes the matrix, so no spread.
+    agreeing = sweep.aggregates({"x": np.array([[0.2, 3.0], [0.2, 3.0], [0.2, 3.0]])}, 300)["x"]
+    assert all(entry["interval"] == pytest.approx((entry["value"],) * 2) for entry in agreeing.values())
 
     text = sweep.report(tmp_path)
-    assert "| IQM |" in text and "| **Breakout** | mean ± std | **35.0 ± 7.1** | | |" in text
+    assert "| ours |" in text and "| **Breakout** | mean ± std | **35.0 ± 7.1** | | |" in text
     assert (tmp_path / "aggregate.png").stat().st_size > 0 and (tmp_path / "report.json").exists()
+
+
+def test_an_atari100k_sweep_is_compared_with_the_published_runs(tmp_path):
+    """Runs of --preset atari100k on the six games: the published DER, DrQ(eps) and SPR means beside
+    each game, their aggregates over the same games, and the probability that ours improves on each."""
+    games = ["Alien", "Boxing", "Breakout", "Freeway", "KungFuMaster", "Pong"]
+    for game in games:
+        for seed in (0, 1):
+            write_rewards(tmp_path / f"{game}-seed{seed}", [0.0, 1e6], every=100_000)  # far above every run
+            (tmp_path / f"{game}-seed{seed}" / "config.json").write_text('{"preset": "atari100k"}')
+    summary = sweep.summarize(tmp_path, samples=200)
+    assert summary["games"]["Breakout"]["published"]["DrQ_eps"] == pytest.approx(19.76, abs=0.01)
+    assert summary["published_runs"] == {"DER": 100, "DrQ_eps": 100, "SPR": 100}
+    assert set(summary["aggregates"]) == {"ours", "DER", "DrQ_eps", "SPR"}
+    for name in ("DER", "DrQ_eps", "SPR"):
+        assert summary["improvement"][name] == {"value": 1.0, "interval": (1.0, 1.0)}
+    published = sweep.published_scores(games)[1]["DrQ_eps"]
+    assert published.shape == (100, 6)
+    references = sweep.reference_scores()
+    scale = np.array([references[game] for game in games])
+    normalised = (published - scale[:, 0]) / (scale[:, 1] - scale[:, 0])
+    assert summary["aggregates"]["DrQ_eps"]["iqm"]["value"] == pytest.approx(
+        np.mean(np.sort(normalised.ravel())[150:450])
+    )
+    text = sweep.report(tmp_path)
+    assert "Probability that ours improves on DrQ_eps: 1.000" in text and "| DrQ_eps |" in text
 
 
 def test_sweep_runs_resumes_retries_and_reports(tmp_path, ray_cluster, capsys):
@@ -85,7 +102,7 @@ def test_sweep_runs_resumes_retries_and_reports(tmp_path, ray_cluster, capsys):
             rows = (out / f"{game}-seed{seed}" / "rewards.txt").read_text().splitlines()
             assert [int(row.split()[1]) for row in rows] == [0, 150, 300]
     printed = capsys.readouterr().out
-    assert "| IQM |" in printed and (out / "aggregate.png").exists()
+    assert "| ours |" in printed and (out / "aggregate.png").exists()
 
     # Rerunning skips finished runs, and continues an interrupted one from its checkpoint.
     (out / "Pong-seed1" / "model_002.pt").unlink()
