@@ -556,29 +556,30 @@ def figure(out: Path, summary: dict[str, Any]) -> Figure:
 def draw_games(panel: Any, summary: dict[str, Any], references: dict[str, tuple[float, float]]) -> None:
     """Each game's human-normalised score: our runs as dots, the published means as marks."""
     games = [game for game in summary["games"] if "human_normalised" in summary["games"][game]]
+    names = sorted({name for game in games for name in summary["games"][game].get("published", {})})
     for x, game in enumerate(games):
         entry = summary["games"][game]
-        panel.scatter(
-            [x] * len(entry["human_normalised"]), list(entry["human_normalised"].values()), color="black", s=12
-        )
+        runs = list(entry["human_normalised"].values())
+        panel.scatter([x] * len(runs), runs, color="black", s=12, label="ours, each run" if x == 0 else None)
         random, human = references[game]
-        for (name, score), marker in zip(entry.get("published", {}).items(), "s^v", strict=False):
-            panel.scatter(
-                [x + 0.2], [(score - random) / (human - random)], marker=marker, s=20, label=name if x == 0 else None
-            )
+        for color, (marker, name) in enumerate(zip("s^v", names, strict=False)):
+            if name in entry.get("published", {}):
+                normalised = (entry["published"][name] - random) / (human - random)
+                panel.scatter(
+                    [x + 0.25], [normalised], marker=marker, s=24, color=f"C{color}", label=name if x == 0 else None
+                )
     panel.set_xticks(range(len(games)), games, rotation=45, ha="right", fontsize=7)
-    panel.set_title("each game: our runs (dots), published means")
+    panel.set_title("each game: our runs, published means" if names else "each game: our runs")
     panel.set_ylabel("human-normalised score")
     panel.grid(alpha=0.3)
-    if any("published" in summary["games"][game] for game in games):
-        panel.legend(fontsize=7)
+    panel.legend(fontsize=7)
 
 
 def draw_profiles(panel: Any, summary: dict[str, Any], references: dict[str, tuple[float, float]]) -> None:
     """rliable's performance profiles: the fraction of runs scoring above each normalised score."""
     matrices = profile_matrices(summary, references)
     top = max(float(matrix.max()) for matrix in matrices.values())
-    taus = np.linspace(0.0, max(top, 0.1), 101)
+    taus = np.linspace(0.0, min(max(top, 0.1), 3.0), 101)  # beyond 3 only a few runs of a few games
     with seeded_numpy():
         profiles, bands = rly.create_performance_profile(matrices, taus, reps=200)
     for name, profile in profiles.items():
