@@ -124,3 +124,22 @@ def test_training_and_evaluation_see_identical_states():
         assert np.array_equal(stacks[t, :-1], seen_in_evaluation[t])
         if not memory.dones[t]:
             assert np.array_equal(stacks[t, 1:], seen_in_evaluation[t + 1])
+
+
+def test_no_op_starts_and_the_fire_press_can_be_turned_off():
+    """--noop-max 0 and --no-fire-reset (Dopamine's and the Atari 100k preprocessing): a game starts
+    at its first frame; by default 1 to 30 no-op frames and one FIRE step (4 frames) come first."""
+    bare = AtariEnv("ALE/Breakout-v5", seed=3, noop_max=0, fire_reset=False)
+    bare.reset()
+    assert bare._ale.getEpisodeFrameNumber() == 0
+    result = bare.step(0)  # NOOP: with no FIRE, Breakout's ball stays unlaunched and no life is lost
+    assert bare._ale.getEpisodeFrameNumber() == 4 and not result.life_lost
+    fired = AtariEnv("ALE/Breakout-v5", seed=3, noop_max=0)
+    fired.reset()
+    assert fired._ale.getEpisodeFrameNumber() == 4
+    starts = set()
+    for seed in range(6):
+        env = AtariEnv("ALE/Breakout-v5", seed=seed)
+        env.reset()
+        starts.add(env._ale.getEpisodeFrameNumber())
+    assert len(starts) > 1 and all(1 + 4 <= frames <= 30 + 4 for frames in starts)
