@@ -464,7 +464,9 @@ def learning_report(run: Path, threshold: float = SCORE_THRESHOLD) -> dict[str, 
                 "cleanrl": CLEANRL_BREAKOUT.get((low, high)) if high <= last_step else None,
             }
         )
-    learning = ("lr", "adam_eps", "loss", "grad_clip", "prioritized", "alpha", "beta0", "double", "dueling")
+    # --steps too: prioritized replay's beta anneals to 1 over the run's steps, so it changes the run.
+    learning = ("steps", "lr", "adam_eps", "loss", "grad_clip", "n_step", "prioritized", "alpha", "beta0", "double")
+    learning += ("dueling", "actors")
     return {
         "run": str(run),
         "game": config["env"],
