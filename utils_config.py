@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--preset",
         choices=sorted(PRESETS),
         default=None,
-        help="a named recipe: sets its options (see README, Presets); flags given beside it override them",
+        help="a named recipe: sets its options (see the README, Atari 100k); flags given beside it override them",
     )
     add("--env", default="Breakout", help="game name (Breakout, pong, space_invaders) or full id (ALE/Breakout-v5)")
     add("--steps", type=int, default=10_000_000, help="training agent steps (4 frames each)")
