@@ -27,11 +27,14 @@ import argparse
 import concurrent.futures
 import contextlib
 import csv
+import ctypes
+import io
 import json
 import math
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -45,7 +48,8 @@ from rliable import metrics
 from tqdm import tqdm
 
 import plot
-from utils_config import available_cpus, options_of
+from utils_apex import RayStartError
+from utils_config import available_cpus, options_of, parse_config
 from utils_config import build_parser as main_parser
 from utils_drl import CheckpointError, write_atomically
 from utils_env import game_name, resolve_env_id
@@ -73,6 +77,7 @@ STOP_FILE = ".stop"  # in the sweep folder: tells every run to stop and save a c
 BOOTSTRAP_SAMPLES = 2000
 CONFIDENCE = 0.95
 RETRIES = 1
+PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 class SweepError(Exception):
@@ -109,12 +114,24 @@ def plan(out: Path, games: list[str], seeds: list[int]) -> list[Run]:
 
 
 def run_state(run: Run, steps: int) -> str:
-    """``done`` (a checkpoint at ``steps`` or later), ``interrupted`` (an earlier one) or ``new``."""
+    """``done`` (evaluated at ``steps`` or later, by its rewards.txt, which counts a run kept without
+    its checkpoints, or by a checkpoint), ``interrupted`` (an earlier checkpoint) or ``new``."""
+    if evaluated_step(run.folder) >= steps:
+        return "done"
     try:
         _, checkpoint, _ = load_newest_checkpoint(run.folder)
     except CheckpointError:
         return "new"
     return "done" if checkpoint["run"]["step"] >= steps else "interrupted"
+
+
+def evaluated_step(folder: Path) -> int:
+    """The step of the run's last evaluation in its rewards.txt (-1 with none, or none readable)."""
+    try:
+        rows = read_rewards(folder / "rewards.txt")
+    except (RunLogError, OSError):
+        return -1
+    return int(rows[-1][1][0]) if rows else -1
 
 
 def main_argv(run: Run, state: str, passed: list[str]) -> list[str]:
@@ -136,6 +153,7 @@ def run_main(argv: list[str], log: Path, stop_file: Path) -> int:
             stderr=subprocess.STDOUT,
             cwd=PROJECT_DIR,
             start_new_session=True,  # Ctrl-C reaches it through this function, once
+            preexec_fn=stop_with_parent,
         )
         try:
             while process.poll() is None:
@@ -148,6 +166,14 @@ def run_main(argv: list[str], log: Path, stop_file: Path) -> int:
             process.send_signal(signal.SIGINT)
             process.wait()
             raise
+
+
+def stop_with_parent() -> None:
+    """In a run's process, before main.py starts: on Linux, have the kernel send it SIGTERM (which
+    main.py takes as Ctrl-C: a checkpoint, then exit) when the process that started it dies, even
+    by SIGKILL, so that no run trains on orphaned and holds its folder's lock."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def last_error(log: Path) -> str:
@@ -184,7 +210,11 @@ class Executor:
         from utils_apex import start_ray
 
         self.ray = ray
-        self.started_ray = start_ray(address, max(threads, available_cpus()))
+        try:
+            self.started_ray = start_ray(address, max(threads, available_cpus()))
+        except KeyboardInterrupt:  # Ctrl-C while Ray starts: leave no half-started Ray behind
+            ray.shutdown()
+            raise
         self.remote = ray.remote(run_main).options(num_cpus=threads, max_retries=0)
 
     def run_all(self, jobs: list[tuple[Run, list[str]]], on_done: Callable[[Run, int], None], bar: tqdm) -> None:
@@ -236,8 +266,9 @@ def progress_text(running: list[Run]) -> str:
 
 
 def sweep(arguments: argparse.Namespace, passed: list[str]) -> int:
-    out = Path(arguments.out)
+    out = Path(arguments.out).resolve()  # the runs' main.py starts in the project folder, maybe on another node
     games = expand_envs(arguments.envs)
+    check_passed(passed, games[0])
     runs = plan(out, games, arguments.seeds)
     steps = int(options_of(passed).steps)  # --preset atari100k sets 100,000
     threads = threads_of(passed)
@@ -250,20 +281,26 @@ def sweep(arguments: argparse.Namespace, passed: list[str]) -> int:
     )
     use_ray = import_ray_or_note(arguments.ray_address)
     out.mkdir(parents=True, exist_ok=True)
-    executor = Executor(arguments.ray_address, threads, use_ray, out / STOP_FILE)
     attempts = {run: 0 for run in runs}
     failed: list[Run] = []
+    stop_file = out / STOP_FILE
+    executor: Executor | None = None
     bar = tqdm(total=len(runs), initial=len(done), unit="run", dynamic_ncols=True)
 
     def on_done(run: Run, code: int) -> None:
         attempts[run] += 1
-        if code == 0:
+        if code == 0 and run_state(run, steps) == "done":
             bar.update()
             tqdm.write(f"{run.name}: done ({last_score(run)})")
             return
+        if code == 130 and stop_file.exists():
+            return  # the sweep stopped it: the sweep stops below
         if code == 130:
-            return  # interrupted: the sweep stops below
-        reason = last_error(run.folder / LOG_FILE)
+            reason = "stopped from outside the sweep, with a checkpoint"
+        elif code == 0:
+            reason = f"ended before --steps {steps:,}"
+        else:
+            reason = last_error(run.folder / LOG_FILE)
         if attempts[run] <= RETRIES:
             tqdm.write(f"{run.name}: failed (exit {code}: {reason}); retrying")
             retry.append(run)
@@ -272,6 +309,7 @@ def sweep(arguments: argparse.Namespace, passed: list[str]) -> int:
             failed.append(run)
 
     try:
+        executor = Executor(arguments.ray_address, threads, use_ray, stop_file)
         todo = [run for run in runs if states[run] != "done"]
         while todo:
             retry: list[Run] = []
@@ -283,12 +321,41 @@ def sweep(arguments: argparse.Namespace, passed: list[str]) -> int:
         return 130
     finally:
         bar.close()
-        executor.close()
+        if executor is not None:
+            executor.close()
     print(report(out), flush=True)
-    if failed:
-        print(f"sweep.py: error: {len(failed)} run(s) failed: {', '.join(run.name for run in failed)}", file=sys.stderr)
+    unfinished = [run.name for run in runs if run_state(run, steps) != "done"]
+    if unfinished:
+        print(
+            f"sweep.py: error: {len(unfinished)} run(s) did not reach --steps {steps:,}: {', '.join(unfinished)} "
+            "(each folder's main.log says why; run the same command again to retry them)",
+            file=sys.stderr,
+        )
         return 1
     return 0
+
+
+def check_passed(passed: list[str], game: str) -> None:
+    """The flags passed to main.py, checked once before any run starts (else every run would fail
+    twice with the same line): spelled out in full, since main.py would take a prefix such as
+    --en for --env, a flag the sweep owns; then main.py's own checks of their values."""
+    parser = main_parser()
+    parser.allow_abbrev = False
+    _, unknown = parser.parse_known_args(passed)
+    if unknown:
+        raise SweepError(f"not a flag of sweep.py or main.py (spell flags out in full): {' '.join(unknown)}")
+    owned = [
+        flag for flag in passed if flag.startswith("--") and flag.split("=")[0][2:].replace("-", "_") in SWEEP_OWNS
+    ]
+    if owned:
+        raise SweepError(f"{owned[0]} is set by the sweep for each run; leave it out")
+    errors = io.StringIO()
+    with tempfile.TemporaryDirectory() as empty, contextlib.redirect_stderr(errors):
+        try:
+            parse_config(["--env", game, "--out", str(Path(empty) / "run"), *passed])
+        except SystemExit:
+            message = errors.getvalue().strip().splitlines()[-1]
+            raise SweepError(message.removeprefix("main.py: error: ")) from None
 
 
 def threads_of(passed: list[str]) -> int:
@@ -389,12 +456,14 @@ def published_scores(games: list[str]) -> tuple[dict[str, dict[str, float]], dic
     return {game: means[game] for game in games if game in means}, matrices
 
 
-def collect(out: Path, unreadable: dict[str, str] | None = None) -> dict[str, dict[int, list[tuple[int, float]]]]:
-    """Game -> seed -> the run's evaluations (step, mean score), from every run folder in ``out``.
-    A run whose rewards.txt does not parse is left out, with the reason in ``unreadable``."""
+def collect(out: Path, left_out: dict[str, str] | None = None) -> dict[str, dict[int, list[tuple[int, float]]]]:
+    """Game -> seed -> the run's evaluations (step, mean score), from every finished run folder in
+    ``out``. A run whose rewards.txt does not parse, or whose last evaluation comes before its
+    --steps (config.json: still running, stopped or failed), is left out, with the reason in
+    ``left_out``: a result is only ever a finished run's."""
     if not out.is_dir():
         raise SweepError(f"{out} is not a folder of a sweep")
-    unreadable = {} if unreadable is None else unreadable
+    left_out = {} if left_out is None else left_out
     results: dict[str, dict[int, list[tuple[int, float]]]] = {}
     for folder in sorted(path for path in out.iterdir() if (path / "rewards.txt").exists()):
         game, separator, seed = folder.name.rpartition("-seed")
@@ -403,11 +472,23 @@ def collect(out: Path, unreadable: dict[str, str] | None = None) -> dict[str, di
         try:
             rows = read_rewards(folder / "rewards.txt")
         except RunLogError as error:
-            unreadable[folder.name] = str(error)
+            left_out[folder.name] = str(error)
             continue
-        if rows:
-            results.setdefault(game, {})[int(seed)] = [(int(values[0]), float(values[1])) for _, values in rows]
+        steps = steps_of(folder)
+        last = int(rows[-1][1][0]) if rows else -1
+        if steps is not None and last < steps:
+            left_out[folder.name] = f"unfinished: evaluated at step {max(last, 0):,} of its --steps {steps:,}"
+            continue
+        results.setdefault(game, {})[int(seed)] = [(int(values[0]), float(values[1])) for _, values in rows]
     return results
+
+
+def steps_of(run: Path) -> int | None:
+    """The run's --steps, from its config.json (None without one)."""
+    try:
+        return int(read_config(run)["steps"])
+    except (RunLogError, CheckpointError, OSError, KeyError, TypeError, ValueError):
+        return None
 
 
 def summarize(out: Path, samples: int = BOOTSTRAP_SAMPLES) -> dict[str, Any]:
@@ -415,8 +496,8 @@ def summarize(out: Path, samples: int = BOOTSTRAP_SAMPLES) -> dict[str, Any]:
     METRICS with their intervals (games without reference scores left out, named). A sweep of
     Atari 100k runs (--preset atari100k) is also set beside the published DER, DrQ(eps) and SPR
     runs on the same games: their aggregates, and the probability that ours improves on each."""
-    unreadable: dict[str, str] = {}
-    results = collect(out, unreadable)
+    left_out: dict[str, str] = {}
+    results = collect(out, left_out)
     if not results:
         raise SweepError(f"{out} holds no run folders with evaluations (<Game>-seed<N>/rewards.txt)")
     references = reference_scores()
@@ -446,10 +527,17 @@ def summarize(out: Path, samples: int = BOOTSTRAP_SAMPLES) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "games": games,
         "without_reference": sorted(set(games) - set(normalised)),
-        "unreadable": unreadable,
+        "left_out": left_out,
         "bootstrap_samples": samples,
         "confidence": CONFIDENCE,
+        "notes": [],
     }
+    final_steps = sorted({step for entry in games.values() for step in entry["last_step"].values()})
+    if len(final_steps) > 1:
+        summary["notes"].append(
+            f"the runs were last evaluated at different steps ({', '.join(f'{step:,}' for step in final_steps)}), "
+            "so their scores measure different amounts of training"
+        )
     seeds_per_game = {len(values) for values in normalised.values()}
     if normalised and len(seeds_per_game) == 1:
         names = list(normalised)
@@ -468,8 +556,14 @@ def summarize(out: Path, samples: int = BOOTSTRAP_SAMPLES) -> dict[str, Any]:
             summary["published_runs"] = {name: int(matrix.shape[0]) for name, matrix in published_runs.items()}
         summary["aggregates"] = aggregates(matrices, samples)
         summary["runs_per_game"] = int(ours.shape[0])
+        if ours.shape[0] == 1:
+            summary["notes"].append(
+                "one run per game: the bootstrap resamples runs within each game, so our intervals have no width"
+            )
     elif normalised:
-        summary["note"] = "games have different numbers of finished seeds: no aggregate until the sweep completes"
+        summary["notes"].append(
+            "games have different numbers of finished seeds: no aggregate until each game has as many"
+        )
     return summary
 
 
@@ -511,9 +605,9 @@ def markdown(summary: dict[str, Any]) -> str:
     for name, entry in summary.get("improvement", {}).items():
         low, high = entry["interval"]
         lines.append(f"\nProbability that ours improves on {name}: {entry['value']:.3f} [{low:.3f}, {high:.3f}]")
-    if summary.get("note"):
-        lines += ["", f"Note: {summary['note']}."]
-    for run, reason in summary["unreadable"].items():
+    for note in summary["notes"]:
+        lines += ["", f"Note: {note}."]
+    for run, reason in summary["left_out"].items():
         lines += ["", f"Left out {run}: {reason}"]
     if summary["without_reference"]:
         lines += ["", f"No reference scores for {', '.join(summary['without_reference'])}: left out of the aggregate."]
@@ -608,11 +702,13 @@ def iqm_curve(
     references: dict[str, tuple[float, float]],
     samples: int = 500,
 ) -> tuple[list[int], list[float], list[float], list[float]]:
-    """The IQM at each evaluation every run of ``games`` has reached, with its interval."""
+    """The IQM at each evaluation every run of ``games`` has reached at the same step, with its interval."""
     seeds = min(len(results[game]) for game in games)
     reached = min(len(evaluations) for game in games for evaluations in results[game].values())
     steps, values, lows, highs = [], [], [], []
     for index in range(reached):
+        if len({evaluations[index][0] for game in games for evaluations in results[game].values()}) > 1:
+            break  # evaluated on different schedules: no common step from here on
         matrix = np.array(
             [
                 [(evaluations[index][1] - references[game][0]) / (references[game][1] - references[game][0])
@@ -621,7 +717,7 @@ def iqm_curve(
             ]
         ).T  # fmt: skip
         points, intervals = interval_estimates({"iqm": matrix}, metrics.aggregate_iqm, samples)
-        steps.append(next(iter(results[games[0]].values()))[index][0])
+        steps.append(next(iter(results[games[0]].values()))[index][0])  # the same for every run
         low, high = np.ravel(intervals["iqm"])
         values.append(float(points["iqm"]))
         lows.append(float(low))
@@ -629,9 +725,9 @@ def iqm_curve(
     return steps, values, lows, highs
 
 
-def report(out: Path) -> str:
+def report(out: Path, samples: int = BOOTSTRAP_SAMPLES) -> str:
     """Write SWEEP/report.md, report.json and aggregate.png; return the Markdown."""
-    summary = summarize(out)
+    summary = summarize(out, samples)
     text = markdown(summary)
     write_atomically(out / "report.md", lambda path: Path(path).write_text(text + "\n"))
     write_atomically(out / "report.json", lambda path: Path(path).write_text(json.dumps(summary, indent=2) + "\n"))
@@ -657,19 +753,15 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
             parser.error("--envs and --out are needed to run a sweep (or --report SWEEP for its report)")
         if any(seed < 0 for seed in arguments.seeds) or len(set(arguments.seeds)) != len(arguments.seeds):
             parser.error(f"--seeds must be different whole numbers of 0 or more, got {arguments.seeds}")
-        owned = [flag for flag in passed if flag.split("=")[0].lstrip("-").replace("-", "_") in SWEEP_OWNS]
-        if owned:
-            parser.error(f"{owned[0]} is set by the sweep for each run; leave it out")
-        _, unknown = main_parser().parse_known_args(passed)
-        if unknown:
-            parser.error(f"not a flag of sweep.py or main.py: {' '.join(unknown)}")
     return arguments, passed
 
 
 def main(argv: list[str] | None = None) -> int:
     arguments, passed = parse_args(argv)
-    # Ctrl-C must raise KeyboardInterrupt even where a shell started this with SIGINT ignored.
+    # Ctrl-C must raise KeyboardInterrupt even where a shell started this with SIGINT ignored, and
+    # SIGTERM (a scheduler's stop, timeout's) does the same: the runs save their checkpoints.
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         if arguments.report is not None:
             print(report(Path(arguments.report)), flush=True)
@@ -678,6 +770,9 @@ def main(argv: list[str] | None = None) -> int:
     except SweepError as error:
         print(f"sweep.py: error: {error}", file=sys.stderr, flush=True)
         return 2
+    except RayStartError as error:
+        print(f"sweep.py: error: {error}", file=sys.stderr, flush=True)
+        return 1
     except OSError as error:
         print(f"sweep.py: error: {error}", file=sys.stderr, flush=True)
         return 1

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -200,8 +202,11 @@ def start_ray(address: str | None, cpus: int) -> bool:
         runtime_env: dict[str, Any] = {"env_vars": {"PYTHONPATH": path}}
     else:  # the other nodes get this folder's code (not its runs) from the cluster
         reach_cluster(address)
-        excludes = ["runs/", ".venv/", ".git/", "docs/", "*.pt", "__pycache__/"]
+        excludes = ["runs/", "results/", ".venv/", ".git/", "docs/", "*.pt", "__pycache__/"]
         runtime_env = {"working_dir": str(PROJECT_DIR), "excludes": excludes}
+    # ray.init replaces the driver's SIGTERM handling with its own (a stack dump, then abort): the
+    # caller's handlers, which stop a run with a checkpoint, are put back.
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         ray.init(
             address=address,
@@ -214,6 +219,11 @@ def start_ray(address: str | None, cpus: int) -> bool:
     except Exception as error:  # Ray raises several types; each ends the run the same way
         where = f"join the Ray cluster at {address}" if address else "start Ray"
         raise RayStartError(f"cannot {where}: {first_line(error)}") from error
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            for signum, handler in handlers.items():
+                if handler is not None:
+                    signal.signal(signum, handler)
     return True
 
 

@@ -1,6 +1,10 @@
 """sweep.py: runs of games x seeds (parallel on Ray), resuming, retrying, and the report's
 statistics against hand-computed values."""
 
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +13,7 @@ import pytest
 import sweep
 from utils_config import options_of
 
+ROOT = Path(__file__).resolve().parent.parent
 TINY = [
     "--steps", "300", "--learning-starts", "100", "--memory-size", "1000", "--eval-every", "150",
     "--eval-episodes", "1", "--max-episode-frames", "400",
@@ -89,13 +94,14 @@ def test_an_atari100k_sweep_is_compared_with_the_published_runs(tmp_path):
     assert summary["aggregates"]["DrQ_eps"]["iqm"]["value"] == pytest.approx(
         np.mean(np.sort(normalised.ravel())[150:450])
     )
-    text = sweep.report(tmp_path)
+    text = sweep.report(tmp_path, samples=200)
     assert "Probability that ours improves on DrQ_eps: 1.000" in text and "| DrQ_eps |" in text
 
 
-def test_sweep_runs_resumes_retries_and_reports(tmp_path, ray_cluster, capsys):
+def test_sweep_runs_resumes_retries_and_reports(tmp_path, ray_cluster, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a relative --out is the caller's folder, not main.py's (the project)
     out = tmp_path / "S"
-    argv = ["--envs", "Pong", "Breakout", "--seeds", "0", "1", *TINY, "--out", str(out)]
+    argv = ["--envs", "Pong", "Breakout", "--seeds", "0", "1", *TINY, "--out", "S"]
     assert sweep.main(argv) == 0
     for game in ("Pong", "Breakout"):
         for seed in (0, 1):
@@ -124,7 +130,7 @@ def test_sweep_runs_resumes_retries_and_reports(tmp_path, ray_cluster, capsys):
     captured = capsys.readouterr()
     assert "Pong-seed1: failed (exit 2" in captured.out and "retrying" in captured.out
     assert "Pong-seed1: failed again" in captured.out
-    assert "1 run(s) failed: Pong-seed1" in captured.err
+    assert "1 run(s) did not reach --steps 300: Pong-seed1" in captured.err
     assert "Left out Pong-seed1: " in captured.out  # the report goes on without it
     assert (tmp_path / "F" / "Pong-seed0" / "model_002.pt").exists()
 
@@ -134,12 +140,26 @@ def test_sweep_runs_resumes_retries_and_reports(tmp_path, ray_cluster, capsys):
     [
         (["--envs", "Pnog", "--out", "x"], "did you mean Pong"),
         (["--envs", "Pong", "--out", "x", "--seed", "3"], "--seed is set by the sweep"),
-        (["--envs", "Pong", "--out", "x", "--bogus", "1"], "not a flag of sweep.py or main.py: --bogus 1"),
+        (
+            ["--envs", "Pong", "--out", "x", "--bogus", "1"],
+            "not a flag of sweep.py or main.py (spell flags out in full): --bogus 1",
+        ),
+        # main.py takes unique prefixes: these would train another game, or one seed in every seed folder.
+        (["--envs", "Pong", "--out", "x", "--en", "Breakout"], "spell flags out in full): --en Breakout"),
+        (["--envs", "Pong", "--out", "x", "--see", "7"], "spell flags out in full): --see 7"),
+        (["--envs", "Pong", "--out", "x", "--seed=7"], "--seed=7 is set by the sweep"),
+        # main.py's own checks, once, before any run starts
+        (["--envs", "Pong", "--out", "x", "--lr", "-1"], "--lr must be positive and finite, got -1.0"),
+        (
+            ["--envs", "Pong", "--out", "x", "--steps", "100", "--learning-starts", "200"],
+            "--learning-starts 200 must be below --steps 100",
+        ),
         (["--envs", "Pong"], "--envs and --out are needed"),
         (["--report", "/nonexistent/sweep"], "/nonexistent/sweep"),
     ],
 )
-def test_bad_input_is_one_line(argv, message, capsys):
+def test_bad_input_is_one_line(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     try:
         code = sweep.main(argv)
     except SystemExit as stopped:
@@ -147,6 +167,102 @@ def test_bad_input_is_one_line(argv, message, capsys):
     assert code == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert error[-1].startswith("sweep.py: error: ") and message in error[-1]
+    assert not (tmp_path / "x").exists()  # refused before anything was written
+
+
+def fake_runs(monkeypatch, outcomes: dict[str, list[str]]) -> list[str]:
+    """Runs without Ray or training: each call of a run takes the next of its outcomes, ``finish``
+    (rewards.txt at --steps 300, exit 0), ``stopped`` (stopped from outside: exit 130, as main.py
+    after SIGTERM) or ``short`` (exit 0 with the last evaluation at step 150). Returns the calls."""
+    calls: list[str] = []
+
+    def run_main(argv, log, stop_file):
+        folder = Path(argv[argv.index("--out" if "--out" in argv else "--resume") + 1])
+        calls.append(folder.name)
+        outcome = outcomes.get(folder.name, ["finish"]).pop(0) if outcomes.get(folder.name) else "finish"
+        if outcome == "stopped":
+            return 130
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.json").write_text('{"steps": 300}')
+        write_rewards_lines(folder, [(0, -21.0), (150 if outcome == "short" else 300, -20.0)])
+        return 0
+
+    monkeypatch.setattr(sweep, "import_ray_or_note", lambda address: False)
+    monkeypatch.setattr(sweep, "run_main", run_main)
+    return calls
+
+
+def write_rewards_lines(folder: Path, evaluations: list[tuple[int, float]]) -> None:
+    lines = [f"{index:3d} {step:8d} {score:.1f}" for index, (step, score) in enumerate(evaluations)]
+    (folder / "rewards.txt").write_text("\n".join(lines) + "\n")
+
+
+def test_a_run_stopped_from_outside_is_resumed_and_an_unfinished_one_never_reported(tmp_path, monkeypatch, capsys):
+    """A run's main.py stopped by SIGTERM (a scheduler's preemption, an admin's kill) exits 130 with a
+    checkpoint: the sweep did not ask for that, so it retries the run, rather than dropping it and
+    reporting its untrained evaluation. A run that never reaches --steps makes the sweep fail."""
+    out = tmp_path / "S"
+    argv = ["--envs", "Pong", "--seeds", "0", "1", *TINY, "--out", str(out)]
+    calls = fake_runs(monkeypatch, {"Pong-seed1": ["stopped", "finish"]})
+    assert sweep.main(argv) == 0
+    assert calls == ["Pong-seed0", "Pong-seed1", "Pong-seed1"]
+    printed = capsys.readouterr().out
+    assert "Pong-seed1: failed (exit 130: stopped from outside the sweep, with a checkpoint); retrying" in printed
+
+    out = tmp_path / "U"
+    argv = ["--envs", "Pong", "--seeds", "0", "1", *TINY, "--out", str(out)]
+    calls = fake_runs(monkeypatch, {"Pong-seed1": ["stopped", "short"]})
+    assert sweep.main(argv) == 1
+    captured = capsys.readouterr()
+    assert "Pong-seed1: failed again (exit 0: ended before --steps 300)" in captured.out
+    assert "1 run(s) did not reach --steps 300: Pong-seed1" in captured.err
+    assert "Left out Pong-seed1: unfinished: evaluated at step 150 of its --steps 300" in captured.out
+    summary = sweep.summarize(out, samples=100)
+    assert list(summary["games"]["Pong"]["last_score"]) == [0]  # only the finished run is a result
+    assert "one run per game" in " ".join(summary["notes"])
+
+    # Rerunning finishes it; a run kept without its checkpoints (committed results) counts as done.
+    fake_runs(monkeypatch, {})
+    assert sweep.main(argv) == 0
+    assert "1 finished already" in capsys.readouterr().out
+    assert sweep.run_state(sweep.Run("Pong", 0, out / "Pong-seed0"), 300) == "done"
+
+
+def test_a_report_marks_runs_at_different_steps(tmp_path):
+    for seed, step in ((0, 300), (1, 500)):  # no config.json: the --steps of each are not known
+        (tmp_path / f"Pong-seed{seed}").mkdir()
+        write_rewards_lines(tmp_path / f"Pong-seed{seed}", [(0, -21.0), (step, -10.0)])
+    summary = sweep.summarize(tmp_path, samples=100)
+    assert summary["games"]["Pong"]["last_step"] == {0: 300, 1: 500}
+    assert "different steps (300, 500)" in " ".join(summary["notes"])
+
+
+def test_a_run_is_stopped_with_a_checkpoint_when_the_sweep_dies(tmp_path):
+    """Even by SIGKILL: the kernel sends the run SIGTERM (main.py: a checkpoint, then exit), so no
+    run trains on orphaned and holds its folder's lock."""
+    child = (
+        "import signal, sys, time, pathlib\n"
+        "signal.signal(signal.SIGTERM, lambda *a: (pathlib.Path(sys.argv[1]).write_text('stopped'), sys.exit(0)))\n"
+        "pathlib.Path(sys.argv[1] + '.ready').write_text('')\n"
+        "time.sleep(60)\n"
+    )
+    parent = (
+        "import subprocess, sys, time\n"
+        f"sys.path.insert(0, {str(Path(sweep.__file__).parent)!r})\n"
+        "import sweep\n"
+        f"subprocess.Popen([sys.executable, '-c', {child!r}, sys.argv[1]], preexec_fn=sweep.stop_with_parent)\n"
+        "time.sleep(60)\n"
+    )
+    marker = tmp_path / "child"
+    process = subprocess.Popen([sys.executable, "-c", parent, str(marker)])
+    deadline = time.monotonic() + 60
+    while not Path(f"{marker}.ready").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    process.kill()
+    process.wait()
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert marker.read_text() == "stopped"
 
 
 def test_game_sets_expand_to_the_atari_5_10_and_100k_games():
@@ -161,3 +277,42 @@ def test_the_sweep_reads_the_steps_of_a_preset():
     assert options_of(["--preset", "atari100k", "--threads", "1"]).steps == 100_000
     assert options_of(["--preset", "atari100k", "--steps", "3000"]).steps == 3000
     assert options_of(["--steps", "3000"]).steps == 3000
+
+
+def test_sigterm_stops_a_sweep_on_ray_and_its_runs_with_checkpoints(tmp_path):
+    """SIGTERM to sweep.py (Slurm, Kubernetes, `timeout`), which starts Ray itself: like Ctrl-C, each
+    running main.py saves a checkpoint, the sweep says how to continue, and no process is left."""
+    pytest.importorskip("ray")
+    out = tmp_path / "S"
+    argv = [*TINY, "--steps", "50000", "--eval-every", "50000", "--envs", "Pong", "--seeds", "0", "--out", str(out)]
+    process = subprocess.Popen(
+        [sys.executable, "sweep.py", *argv], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 240
+    while len(games_logged(out / "Pong-seed0")) < 2 and time.monotonic() < deadline:  # training is under way
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=180)
+    assert process.returncode == 130, stderr
+    assert "SIGTERM received" not in stderr and "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1] == f"Interrupted; run the same command again to continue the sweep in {out}"
+    assert (out / "Pong-seed0" / "model_interrupted.pt").exists()
+    assert not [cmdline for cmdline in process_command_lines() if str(out) in cmdline]  # no run left training
+
+
+def games_logged(run: Path) -> list[str]:
+    try:
+        return (run / "episodes.csv").read_text().splitlines()[1:]
+    except FileNotFoundError:
+        return []
+
+
+def process_command_lines() -> list[str]:
+    lines = []
+    for entry in Path("/proc").iterdir():
+        try:
+            lines.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:  # not a process, or gone
+            continue
+    return lines
