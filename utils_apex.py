@@ -14,15 +14,17 @@ the new transition that priority instead of the maximum.
 ``ActorPool`` is the Ray side: it keeps ``PIPELINE`` calls in flight per actor, so an actor
 plays its next chunk while the learner takes the last one, and never more, which is the
 back-pressure that stops actors running ahead of a slow learner. A failed call's chunk is
-dropped, the actor restarted (by Ray when its process died), and the learner told in one line;
-an actor that fails more than ``MAX_FAILURES_IN_ROW`` times without delivering a chunk (about
-half a minute of retries) is given up.
+dropped, the actor restarted (by Ray when its process died), and the learner told in one line.
+An actor is given up only when it has delivered nothing for longer than a restart can take on
+this machine: three times the longest its actors took to deliver their first chunk (they start
+like a restarted one does; on a loaded machine that is minutes), and at least a minute.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import socket
 import threading
@@ -42,8 +44,10 @@ from utils_memory import ReplayMemory
 from utils_types import GameResult
 
 PIPELINE = 2  # calls in flight per actor: one playing, one queued behind it
-MAX_FAILURES_IN_ROW = 5
-RETRY_SECONDS = 2.0  # first wait before calling a failed actor again; the n-th failure waits n times this
+RETRY_SECONDS = 2.0  # first wait before calling a failed actor again; the n-th failure waits n times this,
+MAX_RETRY_SECONDS = 10.0  # up to this
+RESTART_STARTS = 3.0  # a restart may take this many times the actors' first start
+MIN_RESTART_SECONDS = 60.0
 POLL_SECONDS = 1.0  # longest single wait for a chunk, so Ctrl-C and timeouts are seen promptly
 PROJECT_DIR = Path(__file__).resolve().parent
 
@@ -247,6 +251,14 @@ def first_line(error: BaseException) -> str:
     return lines[0] if lines else type(error).__name__
 
 
+def raised(error: BaseException) -> str:
+    """What an actor raised, from Ray's error about it (the traceback's last line of the form
+    ``module.SomeError: message``), else that error's first line."""
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in str(error).splitlines()]
+    exceptions = [line for line in lines if re.fullmatch(r"(?:[a-z_]\w*\.)*[A-Z]\w*(?:: .*)?", line)]
+    return exceptions[-1] if exceptions else first_line(error)
+
+
 class ActorPool:
     """``count`` actors on Ray, each with ``PIPELINE`` ``collect`` calls in flight."""
 
@@ -264,10 +276,14 @@ class ActorPool:
         self._calls = 0
         self._echoes_before = [0] * count  # errors of calls made before a handled failure repeat it
         self._failures = [0] * count  # failed calls since the actor's last chunk
+        self._failing_since: list[float | None] = [None] * count  # monotonic time of the first of them
         self._call_after = [0.0] * count  # monotonic time before which the actor gets no call
         self._expected: list[tuple[int, int] | None] = [None] * count  # (process, start) of the next chunk
         self._weights: Any = None
-        self._waiting_since: float | None = None
+        self._created = time.monotonic()
+        self._quiet_since: float | None = None  # the first call since the last chunk that found none
+        self._first_start = 0.0  # the longest any actor took from its creation to its first chunk
+        self.reasons: list[str | None] = [None] * count  # why each actor last failed
 
     @property
     def live(self) -> int:
@@ -286,7 +302,8 @@ class ActorPool:
             while alive and now >= self._call_after[actor] and len(self._in_flight[actor]) < PIPELINE:
                 self._call(actor)
         if not any(self.alive):
-            raise ApexError("every actor failed; see the lines above for why")
+            why = "; ".join(f"actor {actor}: {reason}" for actor, reason in enumerate(self.reasons) if reason)
+            raise ApexError(f"every actor failed ({why})")
         heads = {queue[0][0]: actor for actor, queue in enumerate(self._in_flight) if queue}
         ready = []
         if heads:
@@ -294,39 +311,50 @@ class ActorPool:
         elif wait:  # every live actor is restarting
             time.sleep(POLL_SECONDS)
         if not ready:
-            if wait:
-                self._waiting_since = self._waiting_since or now
-                if time.monotonic() - self._waiting_since > self.timeout:
-                    raise ApexError(
-                        f"no actor delivered steps for {self.timeout:g} s ({self.live} of {len(self.alive)} "
-                        "actors alive); see --actor-timeout"
-                    )
+            # Whether the learner waits or learns meanwhile (--replay-ratio free): hung actors stop the
+            # run. The clock starts when the learner asks, not during an evaluation of its own.
+            self._quiet_since = self._quiet_since or now
+            if time.monotonic() - self._quiet_since > self.timeout:
+                raise ApexError(
+                    f"no actor delivered steps for {self.timeout:g} s ({self.live} of {len(self.alive)} "
+                    "actors alive); see --actor-timeout"
+                )
             return None
         actor = heads[ready[0]]
         _, call = self._in_flight[actor].popleft()
         try:
             chunk: Chunk = self._ray.get(ready[0])
-        except self._ray.exceptions.ActorDiedError:
-            self._give_up(actor, "it was killed for good, or its machine was lost")
+        except self._ray.exceptions.ActorDiedError as error:
+            if "creation task" in str(error):  # its constructor raised: Ray does not restart it
+                self._give_up(actor, f"it could not start: {raised(error)}")
+            else:
+                self._give_up(actor, "it was killed for good, or its machine was lost")
             return None
-        except self._ray.exceptions.RayActorError:  # Ray restarts it
-            self._failed(actor, call, "its process died", restart=False)
+        except self._ray.exceptions.RayActorError as error:  # Ray restarts it
+            memory = "out of memory" in str(error).lower() or "low on memory" in str(error).lower()
+            self._failed(actor, call, "its process died" + " (out of memory)" * memory, restart=False)
             return None
         except self._ray.exceptions.RayError as error:  # the actor's code raised: its game may be broken
-            self._failed(actor, call, first_line(error), restart=True)
+            self._failed(actor, call, raised(error), restart=True)
             return None
         if chunk.start != 0 and self._expected[actor] != (chunk.process, chunk.start):
             # A chunk of this process was lost: the stream would join two pieces of a game.
             self._failed(actor, call, "it skipped a chunk", restart=True)
             return None
+        if self._expected[actor] is None:
+            self._first_start = max(self._first_start, time.monotonic() - self._created)
         self._expected[actor] = (chunk.process, chunk.start + len(chunk))
-        self._failures[actor] = 0
-        self._waiting_since = None
+        self._failures[actor], self._failing_since[actor] = 0, None
+        self._quiet_since = None
         return chunk
 
     def _call(self, actor: int) -> None:
         self._calls += 1
         self._in_flight[actor].append((self.handles[actor].collect.remote(self._weights), self._calls))
+
+    def restart_budget(self) -> float:
+        """How long a failing actor may go without a chunk before it is given up."""
+        return max(MIN_RESTART_SECONDS, RESTART_STARTS * self._first_start)
 
     def _failed(self, actor: int, call: int, reason: str, restart: bool) -> None:
         """Handle a lost chunk: report the first loss since the actor's last chunk, restart the
@@ -335,20 +363,25 @@ class ActorPool:
             return  # a call made before a failure already handled: the same loss again
         self._echoes_before[actor] = self._calls
         self._failures[actor] += 1
-        failures = self._failures[actor]
-        if failures > MAX_FAILURES_IN_ROW:
-            self._give_up(actor, f"{failures} failures without a chunk; {reason}")
+        self.reasons[actor] = reason
+        failures, now = self._failures[actor], time.monotonic()
+        self._failing_since[actor] = self._failing_since[actor] or now
+        if now - self._failing_since[actor] > self.restart_budget():
+            self._give_up(
+                actor, f"nothing delivered for {now - self._failing_since[actor]:.0f} s of restarts; {reason}"
+            )
             return
         if restart:
             self._ray.kill(self.handles[actor], no_restart=False)
         # Calls to an actor that is still starting fail at once: give it time, more after each failure.
-        self._call_after[actor] = time.monotonic() + RETRY_SECONDS * failures
+        self._call_after[actor] = now + min(RETRY_SECONDS * failures, MAX_RETRY_SECONDS)
         if failures == 1:
             self.restarts += 1
             self.report(f"actor {actor} lost its chunk ({reason}); restarting it")
 
     def _give_up(self, actor: int, reason: str) -> None:
         self.alive[actor] = False
+        self.reasons[actor] = reason
         self._in_flight[actor].clear()
         self._ray.kill(self.handles[actor], no_restart=True)
         self.report(f"actor {actor} is gone ({reason}); going on without it")

@@ -305,8 +305,14 @@ def check_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
     if args.actors and args.evaluate is None:  # playing back an Ape-X checkpoint needs no actors
         if importlib.util.find_spec("ray") is None:
             parser.error("--actors runs on Ray, which is not installed: pip install 'ray>=2.40'")
-        if args.memory_size // args.actors <= STACK_DEPTH + args.n_step:
+        stripe = args.memory_size // args.actors
+        if stripe <= STACK_DEPTH + args.n_step:
             parser.error(f"--memory-size {args.memory_size} is too small to give each of {args.actors} actors a stream")
+        if args.chunk_steps > stripe:
+            parser.error(
+                f"--chunk-steps {args.chunk_steps} exceeds an actor's stream of the replay memory "
+                f"({stripe:,} steps: --memory-size / --actors)"
+            )
         if not 0.0 < args.actor_timeout < math.inf:
             parser.error(f"--actor-timeout must be positive and finite, got {args.actor_timeout}")
     elif args.ray_address is not None and not args.actors:
@@ -321,11 +327,15 @@ def check_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
 def check_training(parser: argparse.ArgumentParser, args: argparse.Namespace, resuming: bool) -> None:
     """What training needs beyond valid values: room for the memory, learning that starts before
     the run ends, and a run folder that holds no other run."""
-    needed, available = args.memory_size * (FRAME_SIZE * FRAME_SIZE + 7), physical_memory()
+    needed, what = args.memory_size * (FRAME_SIZE * FRAME_SIZE + 7), f"--memory-size {args.memory_size:,}"
+    if args.actors and args.ray_address is None:  # the actors' processes run here too
+        needed += args.actors * actor_bytes(args.chunk_steps, args.n_step)
+        what += f" with --actors {args.actors}"
+    available = available_memory()
     if needed > available:
         parser.error(
-            f"--memory-size {args.memory_size:,} needs {needed / 2**30:.1f} GiB of RAM, "
-            f"this machine has {available / 2**30:.1f} GiB; choose a smaller one"
+            f"{what} needs {needed / 2**30:.1f} GiB of RAM, {available / 2**30:.1f} GiB is available here "
+            "(free memory, within any container limit); choose a smaller one"
         )
     if args.learning_starts >= args.steps and not resuming:
         parser.error(f"--learning-starts {args.learning_starts} must be below --steps {args.steps}")
@@ -422,9 +432,29 @@ def learner_threads(args: argparse.Namespace) -> str | int:
     return args.threads
 
 
-def physical_memory() -> int:
-    """Bytes of RAM on this machine."""
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+def available_memory(cgroup: Path = Path("/sys/fs/cgroup"), meminfo: Path = Path("/proc/meminfo")) -> int:
+    """Bytes of RAM a new run can have: what the system has available (free, or reclaimable from
+    caches), and no more than its container's memory limit leaves (cgroup v2 or v1)."""
+    available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        line = next(line for line in meminfo.read_text().splitlines() if line.startswith("MemAvailable:"))
+        available = int(line.split()[1]) * 1024
+    for limit, usage in (
+        ("memory.max", "memory.current"),
+        ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes"),
+    ):
+        with contextlib.suppress(OSError, ValueError):
+            room = int((cgroup / limit).read_text()) - int((cgroup / usage).read_text())  # "max": no limit
+            return max(0, min(available, room))
+    return available
+
+
+ACTOR_PROCESS_BYTES = 120 * 2**20  # an actor's Ray worker with torch, the game and its network (measured: 115 MB)
+
+
+def actor_bytes(chunk_steps: int, n_step: int) -> int:
+    """RAM of one Ape-X actor process: the process, its recent steps and the chunk it sends."""
+    return ACTOR_PROCESS_BYTES + 2 * (chunk_steps + n_step + STACK_DEPTH + 1) * FRAME_SIZE * FRAME_SIZE
 
 
 def device_problem(name: str) -> str | None:

@@ -1,8 +1,12 @@
 """Ape-X: the epsilon ladder, actors' chunks against the learner's own view of them, and runs of
 two actors on Ray (outputs, resume, an actor killed mid-run, all actors lost)."""
 
+import dataclasses
+import math
 import os
+import re
 import signal
+import sys
 import threading
 import time
 from typing import ClassVar
@@ -245,3 +249,116 @@ def games_logged(run) -> list[str]:
         return (run / "episodes.csv").read_text().splitlines()[1:]
     except FileNotFoundError:
         return []
+
+
+@pytest.mark.parametrize("ratio", ["fixed", "free"])
+def test_hung_actors_time_out_under_both_replay_ratios(ratio, tmp_path, ray_cluster, pools, capsys, monkeypatch):
+    """Actors that stop answering (a hung node, a partition, SIGSTOP): with --replay-ratio free the
+    learner learns while no chunk waits, and must still notice that none has come for --actor-timeout."""
+    real_wait = ray.wait
+
+    def hung_after_learning_starts(refs, **options):
+        if sum(expected[1] for expected in pools[0]._expected if expected) > 300:  # past --learning-starts
+            pools[0].timeout = 3.0  # --actor-timeout: long enough for the actors to start, short from here
+            time.sleep(min(options.get("timeout") or 0.0, 0.05))
+            return [], list(refs)
+        return real_wait(refs, **options)
+
+    monkeypatch.setattr(ray, "wait", hung_after_learning_starts)
+    watchdog = threading.Timer(120, lambda: os.kill(os.getpid(), signal.SIGINT))  # fail rather than hang
+    watchdog.start()
+    argv = [*APEX, "--steps", "5000", "--eval-every", "5000", "--actor-timeout", "100", "--replay-ratio", ratio]
+    summary = main.train(*utils_config.parse_config([*argv, "--out", str(tmp_path / "run")]))
+    watchdog.cancel()
+    assert summary.exit_code == 1
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "no actor delivered steps for 3 s (2 of 2 actors alive); see --actor-timeout" in error
+    assert "model_interrupted.pt" in error
+
+
+def test_actors_that_cannot_start_say_why_in_the_learners_one_line(tmp_path, ray_cluster, pools, capsys, monkeypatch):
+    """An exception in an actor's constructor (here a game that does not exist; a MemoryError for a
+    huge chunk) reaches the learner's last line, not 'its machine was lost'."""
+    real_actor_config = main.actor_config
+
+    def broken(args):
+        config = real_actor_config(args)
+        return dataclasses.replace(config, env={**config.env, "env_id": "ALE/NoSuchGame-v5"})
+
+    monkeypatch.setattr(main, "actor_config", broken)
+    summary = main.train(*utils_config.parse_config([*APEX, "--steps", "600", "--out", str(tmp_path / "run")]))
+    assert summary.exit_code == 1
+    captured = capsys.readouterr()
+    assert "actor 0 is gone (it could not start: " in captured.out + captured.err
+    error = captured.err.strip().splitlines()[-1]
+    assert error.startswith("main.py: error: every actor failed (actor 0: it could not start: ")
+    assert "NoSuchGame" in error
+
+
+class FakeRay:
+    """Just enough of Ray for an ActorPool of one actor on a clock the test turns: each call returns
+    a chunk of 10 steps, or fails at once while the clock is before ``down_until`` (its process
+    died, and Ray is restarting it)."""
+
+    class exceptions:
+        RayError = type("RayError", (Exception,), {})
+        RayActorError = type("RayActorError", (RayError,), {})
+        ActorDiedError = type("ActorDiedError", (RayActorError,), {})
+
+    def __init__(self):
+        self.clock, self.down_until = 1000.0, 0.0
+        self.chunks = self.deaths = 0
+
+    def remote(self, **options):
+        collect = type("Collect", (), {"remote": staticmethod(lambda weights: object())})
+        handle = type("Handle", (), {"collect": collect})
+        return lambda cls: type("Remote", (), {"remote": staticmethod(lambda *args: handle())})
+
+    def wait(self, refs, num_returns, timeout):
+        return refs[:1], refs[1:]
+
+    def get(self, ref):
+        if self.clock < self.down_until:
+            self.deaths += 1
+            raise self.exceptions.RayActorError("The actor died unexpectedly before finishing this task.")
+        self.chunks += 1
+        return utils_apex.Chunk(0, 7, (self.chunks - 1) * 10, 0.4, *(np.zeros(10) for _ in range(6)))
+
+    def kill(self, handle, no_restart):
+        pass
+
+    def put(self, value):
+        return value
+
+
+def test_a_restarting_actor_is_given_the_time_its_first_start_took(monkeypatch):
+    """On a loaded machine an actor takes minutes to start, and as long to restart: it is given up
+    only after three times its first start (at least a minute) without a chunk, however many calls
+    to it fail meanwhile (they fail at once while it starts)."""
+    fake = FakeRay()
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    monkeypatch.setattr(utils_apex.time, "monotonic", lambda: fake.clock)
+    monkeypatch.setattr(utils_apex.time, "sleep", lambda seconds: None)
+    lines: list[str] = []
+    pool = utils_apex.ActorPool(None, 1, timeout=10_000, report=lines.append)
+    fake.clock += 150  # its first start took 150 s
+    assert len(pool.next_chunk(wait=True)) == 10
+    assert pool.restart_budget() == 450
+
+    fake.down_until = fake.clock + 440  # it dies, and its restart takes 440 s
+    while fake.chunks < 2 and pool.live:
+        pool.next_chunk(wait=True)
+        fake.clock += 1
+    assert pool.live == 1 and fake.deaths > 40
+    assert lines == ["actor 0 lost its chunk (its process died); restarting it"]
+
+    fake.down_until = math.inf  # it dies again, for good
+    while pool.live:
+        pool.next_chunk(wait=True)
+        fake.clock += 1
+    assert re.fullmatch(
+        r"actor 0 is gone \(nothing delivered for 4[5-6]\d s of restarts; its process died\); going on without it",
+        lines[-1],
+    )
+    with pytest.raises(utils_apex.ApexError, match=r"every actor failed \(actor 0: nothing delivered for 4[5-6]\d s"):
+        pool.next_chunk(wait=True)

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import main
+import utils_config
 from utils_drl import WriteError, load_checkpoint, save_checkpoint, write_atomically
 from utils_run import (
     LOCK_FILE,
@@ -88,7 +89,8 @@ def files_of(run: Path) -> dict[str, bytes]:
         (["--max-episode-frames", "40"], "--max-episode-frames must be a multiple of 4 (the frame skip) and at least"),
         (["--max-episode-frames", "1001"], "got 1001"),
         (["--memory-size", "5", "--batch-size", "2", "--learning-starts", "4"], "--memory-size must exceed 5"),
-        (["--memory-size", str(10**12)], "GiB of RAM, this machine has"),
+        (["--memory-size", str(10**12)], "GiB of RAM, "),
+        (["--actors", "2", "--chunk-steps", "1000000000"], "--chunk-steps 1000000000 exceeds an actor's stream"),
         (["--device", "gpu0"], "--device gpu0: not a device; use auto, cpu, cuda, cuda:N or mps"),
         (["--device", "meta"], "--device meta: only cpu, cuda, cuda:N and mps are supported"),
     ],
@@ -434,3 +436,33 @@ def test_an_unwritable_folder_is_reported_before_anything_is_played(immutable_fo
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"main.py: error: cannot write {immutable_folder / LOCK_FILE}: Operation not permitted"]
     assert not list(immutable_folder.iterdir())
+
+
+def test_memory_is_checked_against_what_is_available_and_the_container_limit(tmp_path, monkeypatch, capsys):
+    """Not the machine's total RAM: what is free now, within a container's limit, and with Ape-X the
+    actors' processes too, so that a run is refused now rather than killed when its memory fills."""
+    meminfo, cgroup = tmp_path / "meminfo", tmp_path / "cgroup"
+    meminfo.write_text("MemTotal:       24000000 kB\nMemFree:         1000000 kB\nMemAvailable:    8000000 kB\n")
+    cgroup.mkdir()
+    assert utils_config.available_memory(cgroup, meminfo) == 8_000_000 * 1024  # no container limit
+    (cgroup / "memory.max").write_text("max\n")
+    (cgroup / "memory.current").write_text(f"{2**30}\n")
+    assert utils_config.available_memory(cgroup, meminfo) == 8_000_000 * 1024
+    (cgroup / "memory.max").write_text(f"{4 * 2**30}\n")  # cgroup v2: 4 GiB, 1 GiB of it in use
+    assert utils_config.available_memory(cgroup, meminfo) == 3 * 2**30
+    (cgroup / "memory.max").unlink()
+    (cgroup / "memory").mkdir()  # cgroup v1
+    (cgroup / "memory" / "memory.limit_in_bytes").write_text(f"{2 * 2**30}\n")
+    (cgroup / "memory" / "memory.usage_in_bytes").write_text(f"{2**29}\n")
+    assert utils_config.available_memory(cgroup, meminfo) == 3 * 2**29
+
+    monkeypatch.setattr(utils_config, "available_memory", lambda: 2**30)
+    message = error_line(capsys, ["--memory-size", "200000", "--out", str(tmp_path / "a")])
+    assert message.endswith("--memory-size 200,000 needs 1.3 GiB of RAM, 1.0 GiB is available here (free memory, "
+                            "within any container limit); choose a smaller one")  # fmt: skip
+    pytest.importorskip("ray")
+    message = error_line(
+        capsys, ["--memory-size", "10000", "--learning-starts", "1000", "--actors", "20", "--out", str(tmp_path / "b")]
+    )
+    assert "--memory-size 10,000 with --actors 20 needs 2.4 GiB of RAM" in message
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
