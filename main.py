@@ -55,6 +55,7 @@ from utils_run import (
     INTERRUPTED_CHECKPOINT,
     MEMORY_FILE,
     REWARDS_FILE,
+    OutputWithoutReader,
     RunFolderError,
     RunLock,
     RunLogError,
@@ -572,6 +573,7 @@ def open_tensorboard(out: Path) -> Any:
 
 
 if __name__ == "__main__":
+    sys.stdout = OutputWithoutReader(sys.stdout)
     try:
         sys.exit(main())
     except KeyboardInterrupt:  # outside training, e.g. while a checkpoint loads or a game is played back

@@ -231,19 +231,37 @@ def start_ray(address: str | None, cpus: int) -> bool:
     return True
 
 
+# An HTTP/2 client's first bytes (its preface and an empty SETTINGS frame): Ray's head answers on
+# its port with gRPC, whose HTTP/2 server's first frame is a SETTINGS frame (type 4).
+HTTP2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+SETTINGS_FRAME = 4
+
+
 def reach_cluster(address: str, seconds: float = 10.0) -> None:
-    """Fail at once, in one line, when nothing answers at a ``host:port`` address (Ray itself
-    retries for minutes). Other forms (``auto``, ``ray://...``) are left to Ray."""
+    """Fail at once, in one line, when nothing answers at a ``host:port`` address, or something
+    that is not Ray does (Ray itself retries either for minutes). Other forms (``auto``,
+    ``ray://...``) are left to Ray."""
     host, separator, port = address.rpartition(":")
     if not separator or not port.isdigit() or "/" in address:
         return
     try:
-        socket.create_connection((host, int(port)), timeout=seconds).close()
+        connection = socket.create_connection((host, int(port)), timeout=seconds)
     except OSError as error:
         reason = error.strerror or str(error) or type(error).__name__
         raise RayStartError(
             f"cannot join the Ray cluster at {address}: {reason}; is `ray start --head` running there?"
         ) from error
+    with connection:
+        try:
+            connection.sendall(HTTP2_HELLO)
+            reply = connection.recv(9)
+        except OSError:  # no answer in time, or the connection was dropped
+            reply = b""
+    if len(reply) < 9 or reply[3] != SETTINGS_FRAME:
+        raise RayStartError(
+            f"cannot join the Ray cluster at {address}: something answers there, but not Ray (no gRPC); "
+            "is that the port `ray start --head` printed (6379 by default)?"
+        )
 
 
 def first_line(error: BaseException) -> str:

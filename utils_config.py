@@ -302,6 +302,18 @@ def check_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         parser.error(f"--learning-starts {args.learning_starts} must be at least --batch-size {args.batch_size}")
     if args.learning_starts > args.memory_size:
         parser.error(f"--learning-starts {args.learning_starts} exceeds --memory-size {args.memory_size}")
+    # The first gradient step needs whole n-step windows among the steps played by then, and a
+    # window cut by the frame limit (not by a game's end) is never whole.
+    if args.n_step >= args.learning_starts:
+        parser.error(
+            f"--n-step {args.n_step} must be below --learning-starts {args.learning_starts}: learning needs "
+            "whole n-step windows in the replay memory"
+        )
+    if args.n_step >= args.max_episode_frames // FRAME_SKIP:
+        parser.error(
+            f"--n-step {args.n_step} must be below the longest game, --max-episode-frames / {FRAME_SKIP} = "
+            f"{args.max_episode_frames // FRAME_SKIP} steps"
+        )
     if args.actors and args.evaluate is None:  # playing back an Ape-X checkpoint needs no actors
         if importlib.util.find_spec("ray") is None:
             parser.error("--actors runs on Ray, which is not installed: pip install 'ray>=2.40'")

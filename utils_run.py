@@ -22,7 +22,7 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 import torch
@@ -313,3 +313,35 @@ def load_memory(path: Path, step: int, config: dict[str, Any]) -> tuple[dict[str
     if saved.get("config") != config:
         return None, f"{path} belongs to a run with other settings"
     return saved["memory"], ""
+
+
+class OutputWithoutReader:
+    """A text stream (stdout) that goes quiet once its reader is gone (``main.py ... | head``, a
+    dead ``tee``) instead of raising BrokenPipeError: what a run prints is for reading, and must
+    never stop it saving its checkpoint on the way out."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._silence()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._silence()
+
+    def _silence(self) -> None:
+        """Point the stream's file descriptor at /dev/null: the buffered text, later writes and the
+        interpreter's last flush at exit go there."""
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self._stream.fileno())
+        os.close(devnull)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)

@@ -2,10 +2,12 @@
 two actors on Ray (outputs, resume, an actor killed mid-run, all actors lost)."""
 
 import dataclasses
+import http.server
 import math
 import os
 import re
 import signal
+import socket
 import sys
 import threading
 import time
@@ -362,3 +364,19 @@ def test_a_restarting_actor_is_given_the_time_its_first_start_took(monkeypatch):
     )
     with pytest.raises(utils_apex.ApexError, match=r"every actor failed \(actor 0: nothing delivered for 4[5-6]\d s"):
         pool.next_chunk(wait=True)
+
+
+def test_an_address_where_something_else_answers_is_one_line(ray_cluster):
+    """A --ray-address whose port is a web server, or a server that never answers: Ray would retry
+    for minutes (ignoring the first Ctrl-C); the check says at once that it is not Ray."""
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    with pytest.raises(utils_apex.RayStartError, match=r"at 127.0.0.1:\d+: something answers there, but not Ray"):
+        utils_apex.reach_cluster(f"127.0.0.1:{server.server_port}", seconds=5)
+    server.shutdown()
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        with pytest.raises(utils_apex.RayStartError, match="but not Ray"):
+            utils_apex.reach_cluster(f"127.0.0.1:{silent.getsockname()[1]}", seconds=1)
+    utils_apex.reach_cluster(ray.get_runtime_context().gcs_address)  # a Ray head answers

@@ -91,6 +91,8 @@ def files_of(run: Path) -> dict[str, bytes]:
         (["--memory-size", "5", "--batch-size", "2", "--learning-starts", "4"], "--memory-size must exceed 5"),
         (["--memory-size", str(10**12)], "GiB of RAM, "),
         (["--actors", "2", "--chunk-steps", "1000000000"], "--chunk-steps 1000000000 exceeds an actor's stream"),
+        (["--n-step", "400", "--learning-starts", "300"], "--n-step 400 must be below --learning-starts 300"),
+        (["--n-step", "100", "--max-episode-frames", "400"], "--n-step 100 must be below the longest game"),
         (["--device", "gpu0"], "--device gpu0: not a device; use auto, cpu, cuda, cuda:N or mps"),
         (["--device", "meta"], "--device meta: only cpu, cuda, cuda:N and mps are supported"),
     ],
@@ -466,3 +468,21 @@ def test_memory_is_checked_against_what_is_available_and_the_container_limit(tmp
     )
     assert "--memory-size 10,000 with --actors 20 needs 2.4 GiB of RAM" in message
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_ctrl_c_with_nobody_reading_stdout_still_saves(tmp_path):
+    """`main.py ... | head -1`, or a `tee` that died: the output has no reader any more, and Ctrl-C
+    must still stop the run with its checkpoint rather than end in a broken pipe."""
+    run = tmp_path / "run"
+    process = popen_main(*TINY, "--steps", "100000", "--eval-every", "100000", "--out", str(run))
+    assert process.stdout.readline().startswith("Run folder:")
+    process.stdout.close()  # as `head -1` does after its line
+    seen = ""
+    while not re.search(r"[2-9]\d\d/100000", seen):  # the progress bar (on stderr) is past step 200
+        seen += process.stderr.read(1)
+        assert process.poll() is None, seen
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "Broken pipe" not in stderr and "Traceback" not in stderr
+    assert load_checkpoint(run / "model_interrupted.pt")["run"]["step"] > 0
