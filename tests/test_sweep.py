@@ -316,3 +316,22 @@ def process_command_lines() -> list[str]:
         except OSError:  # not a process, or gone
             continue
     return lines
+
+
+def test_ctrl_c_while_ray_starts_and_an_address_with_no_ray_are_one_line(tmp_path):
+    pytest.importorskip("ray")
+    argv = [sys.executable, "sweep.py", "--envs", "Pong", "--seeds", "0", *TINY, "--out", str(tmp_path / "S")]
+    process = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout.readline().startswith("Sweep ")
+    time.sleep(1.0)  # Ray is starting (several seconds)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130 and "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1].startswith("Interrupted; run the same command again")
+
+    result = subprocess.run([*argv, "--ray-address", "127.0.0.1:1"], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "sweep.py: error: cannot join the Ray cluster at 127.0.0.1:1: Connection refused; "
+        "is `ray start --head` running there?"
+    )
