@@ -22,6 +22,7 @@ like a restarted one does; on a loaded machine that is minutes), and at least a 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -30,7 +31,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -309,12 +310,27 @@ class ActorPool:
 
     def publish(self, weights: Weights) -> None:
         """Put ``weights`` in the object store; calls made from now on carry them."""
-        self._weights = self._ray.put(weights)
+        with self._ray_alive():
+            self._weights = self._ray.put(weights)
 
     def next_chunk(self, wait: bool) -> Chunk | None:
         """The next chunk to arrive, each actor's in order, or None if none did (within
         ``POLL_SECONDS`` when ``wait``, else at once) or one was lost. Raises ApexError once
-        no actor is left or none has delivered for ``timeout`` seconds of waiting."""
+        no actor is left, none has delivered for ``timeout`` seconds of waiting, or Ray itself
+        is gone."""
+        with self._ray_alive():
+            return self._next_chunk(wait)
+
+    @contextlib.contextmanager
+    def _ray_alive(self) -> Iterator[None]:
+        """Ray's own processes on this machine gone (its raylet or object store killed, a node
+        shut down) surface as a broken connection: an ApexError, so the run saves its checkpoint."""
+        try:
+            yield
+        except (OSError, self._ray.exceptions.RaySystemError) as error:
+            raise ApexError(f"Ray stopped under the run ({first_line(error)})") from error
+
+    def _next_chunk(self, wait: bool) -> Chunk | None:
         now = time.monotonic()
         for actor, alive in enumerate(self.alive):
             while alive and now >= self._call_after[actor] and len(self._in_flight[actor]) < PIPELINE:
@@ -405,7 +421,12 @@ class ActorPool:
         self.report(f"actor {actor} is gone ({reason}); going on without it")
 
     def close(self, shutdown: bool) -> None:
-        """Stop the actors, and Ray itself when ``shutdown`` (this run started it)."""
+        """Stop the actors, and Ray itself when ``shutdown`` (this run started it). A Ray that is
+        already gone raises nothing here: the run reports what happened to it."""
+        with contextlib.suppress(OSError, self._ray.exceptions.RayError):
+            self._close(shutdown)
+
+    def _close(self, shutdown: bool) -> None:
         if shutdown:
             self._ray.shutdown()
             return

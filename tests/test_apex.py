@@ -306,6 +306,7 @@ class FakeRay:
         RayError = type("RayError", (Exception,), {})
         RayActorError = type("RayActorError", (RayError,), {})
         ActorDiedError = type("ActorDiedError", (RayActorError,), {})
+        RaySystemError = type("RaySystemError", (RayError,), {})
 
     def __init__(self):
         self.clock, self.down_until = 1000.0, 0.0
@@ -380,3 +381,23 @@ def test_an_address_where_something_else_answers_is_one_line(ray_cluster):
         with pytest.raises(utils_apex.RayStartError, match="but not Ray"):
             utils_apex.reach_cluster(f"127.0.0.1:{silent.getsockname()[1]}", seconds=1)
     utils_apex.reach_cluster(ray.get_runtime_context().gcs_address)  # a Ray head answers
+
+
+def test_ray_gone_under_the_learner_is_an_apex_error(monkeypatch):
+    """Ray's raylet or object store killed under a run: its calls fail with a broken connection,
+    which becomes the ApexError on which the learner saves its checkpoint."""
+    fake = FakeRay()
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    pool = utils_apex.ActorPool(None, 1, timeout=100, report=print)
+
+    def broken(*args, **options):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(fake, "wait", broken)
+    with pytest.raises(utils_apex.ApexError, match=r"Ray stopped under the run \(\[Errno 32\] Broken pipe\)"):
+        pool.next_chunk(wait=True)
+    monkeypatch.setattr(fake, "put", broken)
+    with pytest.raises(utils_apex.ApexError, match="Ray stopped under the run"):
+        pool.publish(None)
+    monkeypatch.setattr(fake, "kill", broken)
+    pool.close(shutdown=False)  # a Ray already gone raises nothing more
