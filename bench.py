@@ -410,10 +410,14 @@ SCORE_RANGES = [(0, 20_000), (20_000, 50_000), (50_000, 100_000), (100_000, 150_
 # above, on this kind of machine (about 40 minutes of its wall time).
 SCORE_THRESHOLD = 23.3
 SCORE_WINDOW = 100
-# CleanRL's dqn_atari.py with the settings above, seed 1, measured on this kind of machine (2 CPU
-# cores): the mean raw score of its training games (episodic_return) ending in each range.
-CLEANRL_BREAKOUT = {(0, 20_000): 1.95, (50_000, 100_000): 3.67, (100_000, 150_000): 12.05, (150_000, 200_000): 21.8,
-                    (200_000, 250_000): 24.8}  # fmt: skip
+# CleanRL's dqn_atari.py with the settings above, seeds 1, 2 and 3, measured on this kind of machine
+# (2 CPU cores): the mean raw score of its training games (episodic_return) ending in each range.
+CLEANRL_BREAKOUT = {
+    1: {(0, 20_000): 1.95, (20_000, 50_000): 1.12, (50_000, 100_000): 3.67, (100_000, 150_000): 12.05,
+        (150_000, 200_000): 21.8, (200_000, 250_000): 24.8},
+    2: {(0, 20_000): 1.28, (20_000, 50_000): 1.39, (50_000, 100_000): 3.80, (100_000, 150_000): 14.44},
+    3: {(0, 20_000): 1.53, (20_000, 50_000): 1.24, (50_000, 100_000): 3.17, (100_000, 150_000): 12.20},
+}  # fmt: skip
 
 
 def learning_run(steps: int, prioritized: bool, seed: int, out: Path, main_args: list[str]) -> int:
@@ -461,7 +465,7 @@ def learning_report(run: Path, threshold: float = SCORE_THRESHOLD) -> dict[str, 
                 "steps": [low, min(high, last_step)],
                 "games": len(scores),
                 "mean_score": float(scores.mean()) if len(scores) else None,
-                "cleanrl": CLEANRL_BREAKOUT.get((low, high)) if high <= last_step else None,
+                "cleanrl": CLEANRL_BREAKOUT.get(config["seed"], {}).get((low, high)) if high <= last_step else None,
             }
         )
     # --steps too: prioritized replay's beta anneals to 1 over the run's steps, so it changes the run.
@@ -495,21 +499,26 @@ def learning_table(reports: list[dict[str, Any]]) -> str:
 
     names = [Path(report["run"]).name for report in reports]
     width = max(14, *(len(name) for name in names)) + 2
+    seeds = sorted({report["seed"] for report in reports})
     lines = [
         "mean score of the training games that ended in each range of steps (in brackets: how many)",
-        f"{'steps':<12}" + "".join(f"{name:>{width}}" for name in names) + f"{'CleanRL':>10}",
+        f"{'steps':<12}" + "".join(f"{name:>{width}}" for name in names) + f"{'CleanRL':>{6 * len(seeds) + 4}}",
     ]
     for i, (low, high) in enumerate(SCORE_RANGES):
         rows = [report["ranges"][i] if i < len(report["ranges"]) else None for report in reports]
         if not any(rows):
             break
-        reference = CLEANRL_BREAKOUT.get((low, high))
+        references = [CLEANRL_BREAKOUT.get(seed, {}).get((low, high)) for seed in seeds]
+        reference = " / ".join("—" if value is None else f"{value:.2f}" for value in references)
         lines.append(
             f"{f'{low // 1000}k-{high // 1000}k':<12}"
             + "".join(f"{cell(row, high):>{width}}" for row in rows)
-            + f"{'—' if reference is None else f'{reference:.2f}':>10}"
+            + f"{reference:>{6 * len(seeds) + 4}}"
         )
-    lines.append("(* the run ended inside the range; CleanRL: dqn_atari.py, same settings, seed 1, this machine)")
+    lines.append(
+        f"(* the run ended inside the range; CleanRL: dqn_atari.py, same settings, seed {' / '.join(map(str, seeds))}, "
+        "this machine)"
+    )
     reached = reports[0]["time_to_score"]
     lines.append(f"time to score: first step (wall time) at which the last {reached['window']} training games "
                  f"averaged {reached['threshold']:g} or more:")  # fmt: skip
@@ -523,6 +532,43 @@ def learning_table(reports: list[dict[str, Any]]) -> str:
     for name, report in zip(names, reports, strict=True):
         settings = ", ".join(f"{key} {value}" for key, value in report["settings"].items())
         lines.append(f"  {name}: {report['game']}, seed {report['seed']}, {settings}")
+    return "\n".join(lines)
+
+
+def seeds_table(reports: list[dict[str, Any]], up_to: int) -> str:
+    """Runs of the same settings but their seed in one column each: per range of steps up to
+    ``up_to``, each seed's mean score and their mean, beside CleanRL's for the same seeds (Markdown)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for report in sorted(reports, key=lambda report: report["seed"]):
+        settings = report["settings"]
+        # Only prioritized replay's schedule (beta) depends on the run's length.
+        name = f"prioritized, --steps {settings['steps']:,}" if settings["prioritized"] else "uniform"
+        flags = ", ".join(f"{key} {value}" for key, value in settings.items() if key not in ("steps", "prioritized"))
+        groups.setdefault(f"{name} ({flags})", []).append(report)
+    seeds = sorted({report["seed"] for report in reports})
+
+    def seeds_of(numbers: list[int]) -> str:
+        return f"seed {' / '.join(map(str, numbers))}" + " (mean)" * (len(numbers) > 1)
+
+    header = ["steps", *(f"ours, {name.split(' (')[0]}: {seeds_of([run['seed'] for run in runs])}"
+                         for name, runs in groups.items()), f"CleanRL: {seeds_of(seeds)}"]  # fmt: skip
+    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+
+    def scores(values: list[float | None]) -> str:
+        shown = " / ".join("—" if value is None else f"{value:.2f}" for value in values)
+        known = [value for value in values if value is not None]
+        return f"{shown} ({np.mean(known):.2f})" if len(known) == len(values) > 1 else shown
+
+    for i, (low, high) in enumerate(range_ for range_ in SCORE_RANGES if range_[1] <= up_to):
+        cells = []
+        for runs in groups.values():
+            rows = [run["ranges"][i] if i < len(run["ranges"]) and run["ranges"][i]["steps"][1] == high else None
+                    for run in runs]  # fmt: skip
+            cells.append(scores([row["mean_score"] if row else None for row in rows]))
+        cells.append(scores([CLEANRL_BREAKOUT.get(seed, {}).get((low, high)) for seed in seeds]))
+        lines.append(f"| {low // 1000}-{high // 1000}k | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines += [f"- {name}: {', '.join(run['run'] for run in runs)}" for name, runs in groups.items()]
     return "\n".join(lines)
 
 
@@ -548,7 +594,10 @@ def learning_main(arguments: argparse.Namespace, main_args: list[str]) -> int:
     except (RunLogError, plot.PlotError, CheckpointError) as error:
         print(f"bench.py: error: {error}", file=sys.stderr)
         return 2
-    print(json.dumps(reports, indent=2) if arguments.json else learning_table(reports), flush=True)
+    if arguments.json:
+        print(json.dumps(reports, indent=2), flush=True)
+    else:
+        print(seeds_table(reports, arguments.steps) if arguments.by_seed else learning_table(reports), flush=True)
     return 0
 
 
@@ -595,6 +644,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
         nargs="+",
         metavar="RUN",
         help="report these finished run folders side by side, no training",
+    )
+    learning.add_argument(
+        "--by-seed",
+        action="store_true",
+        help="with --runs: one column per setting, each seed's score and their mean, up to --steps (Markdown)",
     )
     arguments = parser.parse_args(own)
     if main_args and not arguments.learning:

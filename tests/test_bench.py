@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import bench
 
@@ -27,3 +28,14 @@ def test_quick_benchmark_reports_every_figure():
     assert json.loads(json.dumps(figures)) == figures
     rendered = bench.table(figures)
     assert "priority cycle" in rendered and "ale-py" in rendered
+
+
+def test_the_breakout_table_by_seed_is_built_from_the_committed_runs():
+    """The README's Breakout table: each seed's mean training score per range of steps and their
+    mean, beside CleanRL's same seeds, from the run folders in results/breakout/."""
+    runs = Path(__file__).resolve().parent.parent / "results" / "breakout"
+    reports = [bench.learning_report(runs / name) for name in ("learning-breakout-seed1", "learning-breakout-seed2")]
+    table = bench.seeds_table(reports, 150_000)
+    assert "| 100-150k | 12.23 / 14.28 (13.26) | 12.05 / 14.44 (13.25) |" in table
+    assert "| 0-20k | 1.69 / 1.06 (1.37) | 1.95 / 1.28 (1.61) |" in table
+    assert "150-200k" not in table and "ours, uniform: seed 1 / 2 (mean)" in table
