@@ -329,7 +329,7 @@ class Trainer:
         self.config = {k: v for k, v in vars(args).items() if k != "resume"}
         save_config(out, self.config)
         start_episodes(out / EPISODES_FILE, self.progress.step)
-        self.writer = open_tensorboard(out) if args.tensorboard else None
+        self.writer = open_tensorboard(out, self.progress.step) if args.tensorboard else None
         self.bar: tqdm | None = None
 
     def wall_seconds(self) -> float:
@@ -469,7 +469,8 @@ class Trainer:
 
     def finish(self) -> TrainSummary:
         """Close the loop: a checkpoint when stopped, else a last evaluation; the summary."""
-        self.close()
+        if self.bar is not None:
+            self.bar.close()  # the TensorBoard writer stays open for the last evaluation
         progress = self.progress
         first_step, first_time = self.learning_mark
         learning_sps = (
@@ -566,10 +567,13 @@ def actor_config(args: argparse.Namespace) -> ActorConfig:
     )
 
 
-def open_tensorboard(out: Path) -> Any:
+def open_tensorboard(out: Path, step: int) -> Any:
+    """The run's TensorBoard writer, going on after ``step``: events logged past it before (by a
+    run that went further than the checkpoint it resumes from) are hidden, so curves never
+    double back."""
     from torch.utils.tensorboard import SummaryWriter  # optional dependency, checked in check_values
 
-    return SummaryWriter(str(out / "tensorboard"))
+    return SummaryWriter(str(out / "tensorboard"), purge_step=step + 1 if step else None)
 
 
 if __name__ == "__main__":

@@ -224,14 +224,22 @@ def test_tensorboard_scalars(tmp_path, monkeypatch, capsys):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     run = tmp_path / "run"
-    argv = [*TINY, "--steps", "300", "--eval-every", "150", "--prioritized", "--tensorboard", "--out", str(run)]
+    argv = [*TINY, "--steps", "350", "--eval-every", "150", "--prioritized", "--tensorboard", "--out", str(run)]
     assert main.main(argv) == 0
     events = EventAccumulator(str(run / "tensorboard"))
     events.Reload()
     tags = set(events.Tags()["scalars"])
     expected = {"eval/score", "train/episode_score", "train/loss", "train/mean_q", "train/epsilon"}
     assert expected | {"train/steps_per_second", "train/beta"} <= tags
-    assert [event.step for event in events.Scalars("eval/score")] == [0, 150, 300]
+    assert [event.step for event in events.Scalars("eval/score")] == [0, 150, 300, 350]  # the final one too
+
+    # Resumed from an older checkpoint: the dropped segment's events are not shown again.
+    (run / "model_003.pt").unlink()
+    (run / "model_002.pt").unlink()
+    assert main.main(["--resume", str(run), "--steps", "400"]) == 0
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    assert [event.step for event in events.Scalars("eval/score")] == [0, 150, 300, 400]
 
     real_find_spec = utils_config.importlib.util.find_spec
     monkeypatch.setattr(
