@@ -15,7 +15,7 @@ import importlib.util
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numba
 import torch
@@ -78,8 +78,16 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Refuses bad input in one line, ``main.py: error: ...``, without the usage block (``--help``
+    has it)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="main.py",
         description="Train Nature DQN on an Atari game.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
