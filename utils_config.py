@@ -78,6 +78,15 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+class DefaultsShown(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` shows each flag's default, where it has one to show (not None, not off)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or action.default is argparse.SUPPRESS:
+            return action.help
+        return super()._get_help_string(action)
+
+
 class OneLineParser(argparse.ArgumentParser):
     """Refuses bad input in one line, ``main.py: error: ...``, without the usage block (``--help``
     has it)."""
@@ -90,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="main.py",
         description="Train Nature DQN on an Atari game.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsShown,
     )
     add = parser.add_argument
     add(
@@ -101,8 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--env", default="Breakout", help="game name (Breakout, pong, space_invaders) or full id (ALE/Breakout-v5)")
     add("--steps", type=int, default=10_000_000, help="training agent steps (4 frames each)")
-    add("--seed", type=int, default=0)
-    add("--out", default=None, help="run folder (default: runs/<game>-seed<seed>[-per])")
+    add("--seed", type=int, default=0, help="seeds the game, the network, exploration and replay sampling")
+    add("--out", default=None, help="run folder (default: runs/<game>-seed<seed>[-per][-<preset>])")
     add("--device", default="auto", help="auto picks cuda, then mps, then cpu")
     add(
         "--threads",
@@ -128,8 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="press FIRE at the start of each game and after each lost life, in games that wait for it",
     )
     # Replay and learning: Mnih et al. 2015 defaults, with Adam (as CleanRL) in place of RMSProp.
-    add("--memory-size", type=int, default=1_000_000)
-    add("--batch-size", type=int, default=32)
+    add("--memory-size", type=int, default=1_000_000, help="replay memory capacity, in agent steps")
+    add("--batch-size", type=int, default=32, help="transitions per gradient step")
     add("--learning-starts", type=int, default=50_000, help="random-policy steps before learning")
     add("--train-every", type=int, default=4, help="agent steps per gradient step")
     add("--target-every", type=int, default=10_000, help="agent steps between target network syncs")
@@ -140,13 +149,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=1e-8,
         help="Adam epsilon (PyTorch's and CleanRL's; Dopamine's 1.5e-4 learns Breakout several times slower here)",
     )
-    add("--gamma", type=float, default=0.99)
+    add("--gamma", type=float, default=0.99, help="discount factor")
     add("--n-step", type=int, default=1, help="steps of reward in each target (multi-step returns; 1 is Nature DQN)")
     add("--loss", choices=("huber", "mse"), default="huber", help="TD loss: Huber (Nature's error clip) or squared")
     add("--grad-clip", type=float, default=10.0, help="max gradient norm (Stable-Baselines3's; inf turns clipping off)")
-    add("--eps-start", type=float, default=1.0)
-    add("--eps-end", type=float, default=0.1)
-    add("--eps-decay-steps", type=int, default=1_000_000)
+    add("--eps-start", type=float, default=1.0, help="exploration epsilon at the start")
+    add("--eps-end", type=float, default=0.1, help="exploration epsilon after its linear decay")
+    add("--eps-decay-steps", type=int, default=1_000_000, help="agent steps over which epsilon decays")
     add("--eps-decay-start", type=int, default=0, help="steps at --eps-start before epsilon starts to decay")
     add("--double", action="store_true", help="Double DQN targets (van Hasselt et al. 2016)")
     add("--dueling", action="store_true", help="dueling network head (Wang et al. 2016)")
@@ -175,8 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--ray-address", default=None, help="Ape-X: join this running Ray cluster instead of starting one here")
     # Evaluation.
     add("--eval-every", type=int, default=250_000, help="agent steps between evaluations")
-    add("--eval-episodes", type=int, default=10)
-    add("--eval-epsilon", type=float, default=0.05)
+    add("--eval-episodes", type=int, default=10, help="games per evaluation")
+    add("--eval-epsilon", type=float, default=0.05, help="exploration epsilon of evaluation games")
     add("--render", action="store_true", help="save each evaluation's first episode as eval_NNN/*.png")
     add("--tensorboard", action="store_true", help="log scalars under RUN/tensorboard (needs the tensorboard package)")
     add(

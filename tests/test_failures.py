@@ -486,3 +486,15 @@ def test_ctrl_c_with_nobody_reading_stdout_still_saves(tmp_path):
     assert process.returncode == 130, stderr
     assert "Broken pipe" not in stderr and "Traceback" not in stderr
     assert load_checkpoint(run / "model_interrupted.pt")["run"]["step"] > 0
+
+
+def test_help_explains_every_flag_and_shows_each_default_once():
+    parser = utils_config.build_parser()
+    text = " ".join(parser.format_help().split())  # the lines unwrapped
+    for action in parser._actions:
+        assert action.help, action.option_strings  # no flag without a line of help
+        default = action.default
+        if default is not None and default is not False and action.dest != "help":
+            assert f"{action.option_strings[0]}" in text and f"(default: {default})" in text, action.dest
+    assert "(default: None)" not in text and "(default: False)" not in text
+    assert text.count("default: runs/") == 1  # --out's default said once
