@@ -111,7 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--env", default="Breakout", help="game name (Breakout, pong, space_invaders) or full id (ALE/Breakout-v5)")
     add("--steps", type=int, default=10_000_000, help="training agent steps (4 frames each)")
     add("--seed", type=int, default=0, help="seeds the game, the network, exploration and replay sampling")
-    add("--out", default=None, help="run folder (default: runs/<game>-seed<seed>[-per][-<preset>])")
+    add(
+        "--out",
+        default=None,
+        help="run folder (default: runs/<game>-seed<seed>[-per][-double][-dueling][-nN][-apexN][-<preset>])",
+    )
     add("--device", default="auto", help="auto picks cuda, then mps, then cpu")
     add(
         "--threads",
@@ -369,13 +373,25 @@ def check_training(parser: argparse.ArgumentParser, args: argparse.Namespace, re
     if args.learning_starts >= args.steps and not resuming:
         parser.error(f"--learning-starts {args.learning_starts} must be below --steps {args.steps}")
     if args.out is None:
-        preset = f"-{args.preset}" if args.preset else ""
-        args.out = f"runs/{game_name(args.env)}-seed{args.seed}{'-per' if args.prioritized else ''}{preset}"
+        args.out = default_out(args)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         parser.error(f"--out {out} is a file, not a folder")
     if not resuming and ((out / REWARDS_FILE).exists() or any(out.glob("model_*.pt"))):
         parser.error(f"{out} already holds a run: continue it with --resume {out}, or choose another --out")
+
+
+def default_out(args: argparse.Namespace) -> str:
+    """``runs/<Game>-seed<seed>``, then a tag for each learning variant the preset (if any) does
+    not already set, then the preset's name: runs of different variants never share a folder."""
+    recipe = PRESETS.get(args.preset, {})
+    tags = [tag for name, tag in (("prioritized", "per"), ("double", "double"), ("dueling", "dueling"))
+            if getattr(args, name) and not recipe.get(name)]  # fmt: skip
+    if args.n_step != recipe.get("n_step", 1):
+        tags.append(f"n{args.n_step}")
+    if args.actors:
+        tags.append(f"apex{args.actors}")
+    return "-".join([f"runs/{game_name(args.env)}-seed{args.seed}", *tags, *([args.preset] if args.preset else [])])
 
 
 def explicit_options(parser: argparse.ArgumentParser, argv: list[str] | None) -> dict[str, Any]:

@@ -263,6 +263,14 @@ def test_a_preset_sets_its_recipe_and_flags_beside_it_override(tmp_path):
     assert not args.fire_reset and args.noop_max == 0 and args.preset is None and args.n_step == 1
     args, _ = utils_config.parse_config(["--preset", "atari100k", "--env", "Pong"])
     assert args.out == "runs/Pong-seed0-atari100k"
+    # Default folders: one per learning variant, so none collide.
+    for flags, folder in [
+        ([], "runs/Breakout-seed0"),
+        (["--prioritized"], "runs/Breakout-seed0-per"),
+        (["--n-step", "3", "--double", "--dueling", "--seed", "2"], "runs/Breakout-seed2-double-dueling-n3"),
+        (["--preset", "atari100k", "--prioritized", "--n-step", "3"], "runs/Breakout-seed0-per-n3-atari100k"),
+    ]:
+        assert utils_config.default_out(utils_config.options_of(flags)) == folder
     # Dopamine's schedule: epsilon 1 until learning starts (1,600), then down to 0.01 over 5,000 steps.
     assert [main.exploration(args, step) for step in (0, 1_600, 4_100, 6_600, 50_000)] == pytest.approx(
         [1.0, 1.0, 0.505, 0.01, 0.01]
