@@ -29,8 +29,12 @@ RESUMABLE_OPTIONS = {
     "steps", "device", "threads", "render", "save_memory", "tensorboard", "resume",
     "replay_ratio", "weights_every", "chunk_steps", "actor_timeout", "ray_address",
 }  # fmt: skip
-# Options that --evaluate takes from the user; the others come from the checkpoint.
-PLAYBACK_OPTIONS = {"evaluate", "eval_episodes", "eval_epsilon", "render", "device", "threads", "seed", "out"}
+# Options that --evaluate takes from the user; the others come from the checkpoint. Of these, a
+# playback's own (not the run's) unless given: the number of games, and whether to save frames.
+PLAYBACK_OPTIONS = {
+    "evaluate", "eval_episodes", "eval_epsilon", "render", "device", "threads", "seed", "out", "sticky_actions",
+}  # fmt: skip
+PLAYBACK_DEFAULTS = ("eval_episodes", "render")
 # Up to 30 no-op frames and a FIRE start a game; 100 frames leave at least 16 agent steps to learn from.
 MIN_EPISODE_FRAMES = 100
 UNIT_INTERVAL = ("gamma", "eps_start", "eps_end", "eval_epsilon", "sticky_actions", "beta0")
@@ -260,6 +264,9 @@ def playback_config(
         parser.exit(2, f"{parser.prog}: error: cannot evaluate: {error}\n")
     given = explicit_options(parser, argv)
     args = merge_saved(parser, checkpoint["config"], given, PLAYBACK_OPTIONS, "does not apply to --evaluate")
+    for name in PLAYBACK_DEFAULTS:
+        if name not in given:
+            setattr(args, name, parser.get_default(name))
     args.out = given.get("out")
     check_values(parser, args)
     return args, checkpoint

@@ -220,6 +220,18 @@ def test_evaluate_a_checkpoint_prints_each_episode(tmp_path, capsys):
     assert "cannot evaluate: no checkpoint" in capsys.readouterr().err
 
 
+def test_a_playback_has_its_own_game_count_frames_and_sticky_actions(tmp_path):
+    """Not the run's: a run trained with --render and 1 game per evaluation plays back the default
+    10 games without frames, and a non-sticky agent can be tried under sticky actions."""
+    run = tmp_path / "run"
+    assert main.main([*TINY, "--steps", "120", "--eval-every", "120", "--render", "--out", str(run)]) == 0
+    args, _ = utils_config.parse_config(["--evaluate", str(run / "model_001.pt")])
+    assert args.eval_episodes == 10 and not args.render and args.sticky_actions == 0.0
+    assert args.max_episode_frames == 2000 and args.eval_epsilon == 0.05  # the run's protocol otherwise
+    args, _ = utils_config.parse_config(["--evaluate", str(run / "model_001.pt"), "--sticky-actions", "0.25"])
+    assert args.sticky_actions == 0.25
+
+
 def test_tensorboard_scalars(tmp_path, monkeypatch, capsys):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
