@@ -134,7 +134,8 @@ def draw_on(axes: Any, curves: list[Curve], title: str | None = None, band: bool
             axes.plot(curve.steps, curve.raw, ".", markersize=3, color=line.get_color(), alpha=0.3)
             continue
         (line,) = axes.plot(curve.steps, curve.scores, marker="o", markersize=3, label=curve.label)
-        if band and curve.low is not None:
+        # One game per evaluation (or games all alike) gives min = max: no band to draw or to announce.
+        if band and curve.low is not None and np.any(curve.high > curve.low):
             axes.fill_between(curve.steps, curve.low, curve.high, color=line.get_color(), alpha=0.2, linewidth=0)
             banded = True
     axes.set_xlabel("training steps (agent steps, 4 frames each)")

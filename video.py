@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import functools
 import itertools
 import math
 import os
@@ -214,14 +215,24 @@ def ffmpeg_error(log: str, status: int) -> OSError | VideoError:
     return VideoError(f"ffmpeg failed: {lines[0] if lines else f'exit status {status}'}")
 
 
-def write_gif(images: Iterator[Image.Image], path: Path, fps: float) -> None:
+def gif_durations(frames: int, fps: float) -> list[int]:
+    """Each frame's display time in ms. GIFs count in 1/100 s, so at 15 fps (6.67) every frame
+    rounded to 7 would play 5% slow and truncated to 6 (pillow's) 11% fast: frame i ends at the
+    hundredth nearest to (i + 1) / fps, so the whole plays at ``fps`` and no frame drifts by more
+    than half a hundredth."""
+    ends = [round((i + 1) * 100 / fps) for i in range(frames)]
+    return [10 * (end - start) for start, end in zip([0, *ends[:-1]], ends, strict=True)]
+
+
+def write_gif(images: Iterator[Image.Image], path: Path, fps: float, frames: int) -> None:
     # pillow merges identical consecutive frames into one longer frame, so the playing time is kept
     first = next(images)
-    first.save(path, format="GIF", save_all=True, append_images=images, duration=round(1000 / fps), loop=0)
+    durations = gif_durations(frames, fps)
+    first.save(path, format="GIF", save_all=True, append_images=images, duration=durations, loop=0)
 
 
 def write_video(frames: list[Path], target: Path, fps: float) -> None:
-    write = write_gif if target.suffix.lower() == ".gif" else write_mp4
+    write = functools.partial(write_gif, frames=len(frames)) if target.suffix.lower() == ".gif" else write_mp4
     try:
         with contextlib.suppress(FileExistsError):  # a file in the folder's place: the write says "Not a directory"
             target.parent.mkdir(parents=True, exist_ok=True)

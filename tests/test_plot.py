@@ -155,3 +155,14 @@ def test_unwritable_output_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch,
     assert message == f"plot.py: error: cannot write {tmp_path / output}: {reason}"
     assert listing(tmp_path) == before  # nothing new, not even a temporary file
     assert (run / "curve.png").read_bytes() == b"an earlier curve"
+
+
+def test_no_band_is_announced_where_every_minimum_equals_its_maximum(tmp_path):
+    """One game per evaluation: the minimum and maximum are the mean, so there is no band."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "rewards.txt").write_text("  0        0 -21.0 0.0 -21.0 -21.0 1 5\n  1   250000 -15.0 0.0 -15.0 -15.0 1 9\n")
+    axes = plot.draw([plot.read_curve(run / "rewards.txt")]).axes[0]
+    assert axes.get_ylabel() == "evaluation score (mean)" and not axes.collections
+    axes = plot.draw([plot.read_curve(write_rewards(tmp_path / "banded", 8) / "rewards.txt")]).axes[0]
+    assert axes.get_ylabel() == "evaluation score (mean, band: min to max)" and len(axes.collections) == 1

@@ -68,6 +68,20 @@ def test_mp4_and_gif_hold_every_frame_in_order(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["clip.gif", "eval_003", "eval_003.mp4"]  # no temp files
 
 
+def test_a_gif_plays_at_its_fps(tmp_path):
+    """GIFs count time in hundredths: at 15 fps (6.67 each) 30 frames must last 2 s, not 1.8 (every
+    frame truncated to 6, 11% fast) or 2.1 (rounded to 7)."""
+    frames = make_frames(tmp_path / "eval_000", 30)
+    assert video.main([str(frames), "-o", str(tmp_path / "clip.gif"), "--fps", "15"]) == 0
+    with Image.open(tmp_path / "clip.gif") as gif:
+        durations = []
+        for index in range(gif.n_frames):
+            gif.seek(index)
+            durations.append(gif.info["duration"])
+    assert sum(durations) == 2000 and set(durations) == {60, 70}
+    assert video.gif_durations(3, 20) == [50, 50, 50] and sum(video.gif_durations(7, 30)) == 230
+
+
 def test_frames_are_in_numeric_order(tmp_path):
     folder = tmp_path / "frames"
     folder.mkdir()
@@ -180,13 +194,13 @@ def test_fps_range_ends_are_accepted(tmp_path):
     assert len(iio.imread(tmp_path / "fast.mp4", plugin="FFMPEG")) == 2
 
 
-def no_space(images, path: Path, fps: float) -> None:
+def no_space(images, path: Path, fps: float, **options) -> None:
     """A writer that runs out of disk space half-way through the file."""
     path.write_bytes(b"GIF89a")
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
-def no_permission(images, path: Path, fps: float) -> None:
+def no_permission(images, path: Path, fps: float, **options) -> None:
     raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
 
 
