@@ -517,6 +517,8 @@ def env_options(args: argparse.Namespace) -> dict[str, Any]:
         "max_episode_frames": args.max_episode_frames,
         "noop_max": args.noop_max,
         "fire_reset": args.fire_reset,
+        "life_loss_terminal": args.life_loss_terminal,
+        "full_action_space": args.full_action_space,
     }
 
 

@@ -45,8 +45,60 @@ POSITIVE_INTS = (
 )  # fmt: skip
 NON_NEGATIVE_INTS = ("seed", "learning_starts", "eps_decay_steps", "eps_decay_start", "actors", "noop_max")
 
-# Named recipes: --preset NAME sets these options, each still overridable by its own flag.
+# Named recipes: --preset NAME sets these options, each still overridable by its own flag; the
+# README lists each value with its source.
 PRESETS: dict[str, dict[str, Any]] = {
+    # Mnih et al. (2015), Nature, "Human-level control through deep reinforcement learning",
+    # Extended Data Table 1 and Methods; Adam at 1e-4 stands in for their RMSProp at 2.5e-4.
+    "nature": {
+        "steps": 12_500_000,  # 50M frames
+        "memory_size": 1_000_000,
+        "batch_size": 32,
+        "learning_starts": 50_000,
+        "train_every": 4,
+        "target_every": 10_000,
+        "gamma": 0.99,
+        "n_step": 1,
+        "loss": "huber",  # "error clipping" of the TD error to [-1, 1]
+        "eps_start": 1.0,
+        "eps_end": 0.1,
+        "eps_decay_steps": 1_000_000,
+        "eps_decay_start": 0,
+        "double": False,
+        "dueling": False,
+        "prioritized": False,
+        "augment": "none",
+        "sticky_actions": 0.0,
+        "noop_max": 30,
+        "life_loss_terminal": True,
+        "full_action_space": False,
+        "eval_epsilon": 0.05,
+    },
+    # The learning benchmark's (bench.py --learning, the README's Breakout table): CleanRL's
+    # dqn_atari.py as it was run for the comparison on this kind of machine, for runs of a few
+    # hundred thousand steps.
+    "cleanrl-short": {
+        "steps": 250_000,
+        "memory_size": 100_000,
+        "batch_size": 32,
+        "learning_starts": 20_000,
+        "train_every": 4,
+        "target_every": 1_000,
+        "eps_end": 0.01,
+        "eps_decay_steps": 100_000,
+        "eval_every": 50_000,
+        "eval_episodes": 10,
+    },
+    # Machado et al. (2018), "Revisiting the Arcade Learning Environment": their recommended
+    # protocol, sticky actions 0.25 as the randomness, the full action space, and no game-specific
+    # knowledge (no lost life as a terminal; here also no FIRE press, and no no-op starts).
+    "machado": {
+        "sticky_actions": 0.25,
+        "full_action_space": True,
+        "life_loss_terminal": False,
+        "fire_reset": False,
+        "noop_max": 0,
+    },
     # Atari 100k (Kaiser et al. 2020): 100k agent steps, no sticky actions. The recipe is DrQ(eps)
     # (Agarwal et al. 2021) as Dopamine's dopamine/labs/atari_100k/configs/DrQ_eps.gin sets it, with
     # Dopamine's Atari preprocessing (no no-op starts, no FIRE press, a lost life terminal for learning).
@@ -144,6 +196,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=True,
         help="press FIRE at the start of each game and after each lost life, in games that wait for it",
     )
+    add(
+        "--life-loss-terminal",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="a lost life ends the n-step window and the bootstrap, as a game's end does (the game goes on)",
+    )
+    add("--full-action-space", action="store_true", help="all 18 joystick actions, not only the game's own")
     # Replay and learning: Mnih et al. 2015 defaults, with Adam (as CleanRL) in place of RMSProp.
     add("--memory-size", type=int, default=1_000_000, help="replay memory capacity, in agent steps")
     add("--batch-size", type=int, default=32, help="transitions per gradient step")

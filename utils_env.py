@@ -92,12 +92,14 @@ class AtariEnv:
         max_episode_frames: int = 108_000,
         noop_max: int = 30,
         fire_reset: bool = True,
+        life_loss_terminal: bool = True,
+        full_action_space: bool = False,
     ) -> None:
         env = gym.make(
             env_id,
             frameskip=1,
             repeat_action_probability=sticky_actions,
-            full_action_space=False,
+            full_action_space=full_action_space,
             obs_type="grayscale",
             max_num_frames_per_episode=max_episode_frames,
         ).unwrapped
@@ -113,6 +115,7 @@ class AtariEnv:
         )
         self.max_episode_frames = max_episode_frames
         self.noop_max = noop_max
+        self.life_loss_terminal = life_loss_terminal
         self._rng = np.random.default_rng(seed)
         self._screens = np.zeros((2, *self._ale.getScreenDims()), dtype=np.uint8)
         self._resize_rows = torch.from_numpy(area_weights(self._screens.shape[1], FRAME_SIZE))
@@ -147,7 +150,7 @@ class AtariEnv:
             reward += self._repeat(self._fire)
             terminated = ale.game_over(with_truncation=False)
         truncated = not terminated and ale.getEpisodeFrameNumber() >= self.max_episode_frames
-        return StepResult(self._frame(), reward, life_lost, terminated, truncated)
+        return StepResult(self._frame(), reward, life_lost and self.life_loss_terminal, terminated, truncated)
 
     def rgb(self) -> np.ndarray:
         """The current screen in colour, (210, 160, 3) uint8, for eval videos."""

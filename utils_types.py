@@ -13,7 +13,7 @@ class StepResult(NamedTuple):
 
     frame: np.ndarray  # (84, 84) uint8, the max over the last two grayscale frames
     reward: float  # raw game score gained during the step (not clipped)
-    life_lost: bool  # terminal for learning, not for the game
+    life_lost: bool  # a life was lost, terminal for learning (not for the game); False with life_loss_terminal off
     terminated: bool  # game over
     truncated: bool  # episode cut at the frame limit
 

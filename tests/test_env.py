@@ -143,3 +143,15 @@ def test_no_op_starts_and_the_fire_press_can_be_turned_off():
         env.reset()
         starts.add(env._ale.getEpisodeFrameNumber())
     assert len(starts) > 1 and all(1 + 4 <= frames <= 30 + 4 for frames in starts)
+
+
+def test_lost_lives_need_not_be_terminal_and_the_full_action_space():
+    """Machado et al. (2018): a lost life is not a terminal (only the game's end is), and the agent
+    has all 18 joystick actions, whatever the game uses."""
+    env = AtariEnv("ALE/Breakout-v5", seed=1, life_loss_terminal=False)
+    results = play(env, [0] * 2000)
+    over = next(i for i, r in enumerate(results) if r.terminated)
+    assert not any(r.life_lost for r in results[:over]) and env._ale.lives() == 0  # 5 lives lost meanwhile
+    assert AtariEnv("ALE/Breakout-v5", seed=1).n_actions == 4
+    full = AtariEnv("ALE/Breakout-v5", seed=1, full_action_space=True)
+    assert full.n_actions == 18 and full.action_meanings[1] == "FIRE"

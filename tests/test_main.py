@@ -13,6 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
+import bench
 import main
 import utils_config
 from utils_drl import linear_schedule, load_checkpoint
@@ -287,6 +288,23 @@ def test_a_preset_sets_its_recipe_and_flags_beside_it_override(tmp_path):
     assert [main.exploration(args, step) for step in (0, 1_600, 4_100, 6_600, 50_000)] == pytest.approx(
         [1.0, 1.0, 0.505, 0.01, 0.01]
     )
+
+
+def test_the_named_protocols_set_their_papers_values(tmp_path):
+    """--preset nature (Mnih et al. 2015), cleanrl-short (the learning benchmark's, which it runs
+    with) and machado (Machado et al. 2018), each overridable by a flag beside it."""
+    nature = utils_config.options_of(["--preset", "nature"])
+    assert (nature.steps, nature.memory_size, nature.target_every, nature.eps_end) == (12_500_000, 10**6, 10_000, 0.1)
+    assert (nature.learning_starts, nature.eps_decay_steps, nature.noop_max) == (50_000, 10**6, 30)
+    short = utils_config.options_of(["--preset", "cleanrl-short", "--seed", "1"])
+    assert (short.learning_starts, short.memory_size, short.target_every) == (20_000, 100_000, 1_000)
+    assert (short.eps_end, short.eps_decay_steps, short.eval_every, short.eval_episodes) == (0.01, 100_000, 50_000, 10)
+    assert bench.LEARNING_FLAGS[:2] == ["--preset", "cleanrl-short"]
+    machado = utils_config.options_of(["--preset", "machado", "--noop-max", "5"])
+    assert machado.sticky_actions == 0.25 and machado.full_action_space and not machado.life_loss_terminal
+    assert not machado.fire_reset and machado.noop_max == 5  # the flag beside the preset wins
+    env = main.env_options(machado)
+    assert env["full_action_space"] and not env["life_loss_terminal"] and env["sticky_actions"] == 0.25
 
 
 def test_the_atari100k_preset_runs_end_to_end_and_resumes(tmp_path):
