@@ -86,6 +86,7 @@ class Progress:
     episodes: int = 0
     wall_seconds: float = 0.0
     last_score: float = float("nan")
+    threads: int = 0  # the learner's CPU threads (0: unknown, an older checkpoint)
 
 
 class StopRequest:
@@ -325,6 +326,13 @@ class Trainer:
             self.wall_base = self.progress.wall_seconds
             for note in reconcile_with_checkpoint(out, checkpoint):
                 print(f"Note: {note}", flush=True)
+            if self.progress.threads not in (0, threads):
+                print(
+                    f"Note: the run used {self.progress.threads} CPU threads and goes on with {threads}: it is no "
+                    "longer bit for bit the run it would have been (the thread count changes the numerics)",
+                    flush=True,
+                )
+        self.progress.threads = threads
         self.saved_step = self.progress.step
         self.config = {k: v for k, v in vars(args).items() if k != "resume"}
         save_config(out, self.config)
