@@ -25,5 +25,6 @@ install: $(VENV)/installed
 $(VENV)/installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -r requirements.txt pytest==9.2.0 ruff==0.17.6 tensorboard "ray>=2.40"
+	$(BIN)/python -m pip install --quiet -r requirements.txt pytest==9.2.0 ruff==0.17.6 tensorboard "ray>=2.40" "setuptools>=68"
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .   # the modules and the dqn-* commands
 	touch $@

@@ -586,10 +586,15 @@ def open_tensorboard(out: Path, step: int) -> Any:
     return SummaryWriter(str(out / "tensorboard"), purge_step=step + 1 if step else None)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """``python main.py``, or the ``dqn-train`` command of ``pip install -e .``."""
     sys.stdout = OutputWithoutReader(sys.stdout)
     try:
         sys.exit(main())
     except KeyboardInterrupt:  # outside training, e.g. while a checkpoint loads or a game is played back
         print("Stopped.", file=sys.stderr)
         sys.exit(130)
+
+
+if __name__ == "__main__":
+    cli()

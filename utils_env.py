@@ -20,7 +20,7 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import ale_py
 import gymnasium as gym
@@ -152,6 +152,10 @@ class AtariEnv:
         truncated = not terminated and ale.getEpisodeFrameNumber() >= self.max_episode_frames
         return StepResult(self._frame(), reward, life_lost and self.life_loss_terminal, terminated, truncated)
 
+    @property
+    def lives(self) -> int:
+        return self._ale.lives()
+
     def rgb(self) -> np.ndarray:
         """The current screen in colour, (210, 160, 3) uint8, for eval videos."""
         return self._ale.getScreenRGB()
@@ -210,6 +214,41 @@ class FrameStack:
         self.frames[:-1] = self.frames[1:]
         self.frames[-1] = frame
         return self.frames
+
+
+class AtariGymEnv(gym.Env):
+    """A game as the agent sees it, as a gymnasium environment, for gymnasium's wrappers and other
+    people's loops: observations are the agent's (4, 84, 84) uint8 frame stacks (the same as
+    training and evaluation see), actions index the game's action set, rewards are the game's own
+    (unclipped). ``info`` holds ``lives`` and ``life_lost`` (terminal for learning, not for the
+    game). The training loop uses ``AtariEnv`` itself; this only wraps it."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": 60 // FRAME_SKIP}
+
+    def __init__(self, game: str = "Breakout", seed: int = 0, render_mode: str | None = None, **options: Any) -> None:
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode {render_mode!r}: only 'rgb_array' (or None)")
+        self.env_id, self.options, self.render_mode = resolve_env_id(game), options, render_mode
+        self.game = AtariEnv(self.env_id, seed, **options)
+        self.observation_space = gym.spaces.Box(0, 255, (STACK_DEPTH, FRAME_SIZE, FRAME_SIZE), np.uint8)
+        self.action_space = gym.spaces.Discrete(self.game.n_actions)
+        self._stack = FrameStack()
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        if seed is not None:  # the emulator is seeded when made: a new seed is a new game machine
+            self.game = AtariEnv(self.env_id, seed, **self.options)
+        observation = self._stack.reset(self.game.reset()).copy()
+        return observation, {"lives": self.game.lives}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        result = self.game.step(int(action))
+        observation = self._stack.push(result.frame).copy()
+        info = {"lives": self.game.lives, "life_lost": result.life_lost}
+        return observation, result.reward, result.terminated, result.truncated, info
+
+    def render(self) -> np.ndarray | None:
+        return self.game.rgb() if self.render_mode == "rgb_array" else None
 
 
 class Player:

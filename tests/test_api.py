@@ -1,0 +1,67 @@
+"""The Python API (dqn.py) and the gymnasium environment: load a checkpoint and act, evaluate,
+train with main.py's flags as arguments, gymnasium's checker and wrappers, and the install."""
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import gymnasium
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import dqn
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = {"learning_starts": 100, "memory_size": 1000, "eval_episodes": 1, "max_episode_frames": 400}
+
+
+def test_train_load_and_act_in_three_lines(tmp_path):
+    run = dqn.train(env="Pong", steps=150, eval_every=150, target_every=50, out=tmp_path / "run", **TINY)
+    assert run == tmp_path / "run" and (run / "model_001.pt").exists()
+
+    agent = dqn.load_agent(run)  # the README's three lines
+    observation, info = agent.make_env(seed=1).reset()
+    action = agent.act(observation)
+    assert 0 <= action < 6 and agent.step == 150 and info["lives"] == 0
+    assert dqn.load_agent(run / "model_001.pt").act(observation) == action  # a file or its run folder
+    assert agent.env_options()["max_episode_frames"] == 400  # the run's game settings
+    scores = agent.evaluate(episodes=2, seed=3)
+    assert len(scores) == 2 and scores == agent.evaluate(episodes=2, seed=3)  # seeded
+
+    with pytest.raises(ValueError, match=r"^--lr must be positive and finite, got -1.0$"):
+        dqn.train(env="Pong", lr=-1, out=tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()
+
+
+def test_the_environment_is_a_gymnasium_env_that_wrappers_take():
+    env = gymnasium.make("dqn/Atari-v0", game="Pong", seed=2, max_episode_frames=400)
+    check_env(env.unwrapped, skip_render_check=True)
+    assert env.observation_space.shape == (4, 84, 84) and env.action_space.n == 6
+    env = gymnasium.wrappers.RecordEpisodeStatistics(env)
+    env.reset(seed=5)
+    done, steps, score = False, 0, 0.0
+    while not done:
+        observation, reward, terminated, truncated, info = env.step(env.action_space.sample())
+        done, steps, score = terminated or truncated, steps + 1, score + reward
+    assert info["episode"]["l"] == steps and info["episode"]["r"] == score and observation.dtype == np.uint8
+    first = env.reset(seed=5)[0]
+    assert np.array_equal(first, env.reset(seed=5)[0])  # a seed is a game machine seeded so
+    frame = gymnasium.make("dqn/Atari-v0", game="Breakout", render_mode="rgb_array")
+    frame.reset()
+    assert frame.render().shape == (210, 160, 3)
+
+
+def test_the_package_installs_every_module_and_its_commands():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    modules = {path.stem for path in ROOT.glob("*.py")}
+    assert set(project["tool"]["setuptools"]["py-modules"]) == modules
+    for target in project["project"]["scripts"].values():
+        module, function = target.split(":")
+        assert callable(getattr(__import__(module), function))
+    command = Path(sys.executable).parent / "dqn-train"  # `make install` installs the project (pip install -e .)
+    if not command.exists():
+        pytest.skip("the project is not installed in this environment (pip install -e .)")
+    done = subprocess.run([str(command), "--help"], cwd="/", capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("usage: main.py")
