@@ -456,15 +456,15 @@ def published_scores(games: list[str]) -> tuple[dict[str, dict[str, float]], dic
     return {game: means[game] for game in games if game in means}, matrices
 
 
-def collect(out: Path, left_out: dict[str, str] | None = None) -> dict[str, dict[int, list[tuple[int, float]]]]:
-    """Game -> seed -> the run's evaluations (step, mean score), from every finished run folder in
+def collect(out: Path, left_out: dict[str, str] | None = None) -> dict[str, dict[int, list[tuple[int, float, float]]]]:
+    """Game -> seed -> the run's evaluations (step, mean score, wall seconds), from every finished run folder in
     ``out``. A run whose rewards.txt does not parse, or whose last evaluation comes before its
     --steps (config.json: still running, stopped or failed), is left out, with the reason in
     ``left_out``: a result is only ever a finished run's."""
     if not out.is_dir():
         raise SweepError(f"{out} is not a folder of a sweep")
     left_out = {} if left_out is None else left_out
-    results: dict[str, dict[int, list[tuple[int, float]]]] = {}
+    results: dict[str, dict[int, list[tuple[int, float, float]]]] = {}
     for folder in sorted(path for path in out.iterdir() if (path / "rewards.txt").exists()):
         game, separator, seed = folder.name.rpartition("-seed")
         if not separator or not seed.isdigit():
@@ -479,7 +479,10 @@ def collect(out: Path, left_out: dict[str, str] | None = None) -> dict[str, dict
         if steps is not None and last < steps:
             left_out[folder.name] = f"unfinished: evaluated at step {max(last, 0):,} of its --steps {steps:,}"
             continue
-        results.setdefault(game, {})[int(seed)] = [(int(values[0]), float(values[1])) for _, values in rows]
+        results.setdefault(game, {})[int(seed)] = [
+            (int(values[0]), float(values[1]), float(values[6]) if len(values) == 7 else math.nan)  # 3-column files
+            for _, values in rows
+        ]
     return results
 
 
@@ -509,10 +512,12 @@ def summarize(out: Path, samples: int = BOOTSTRAP_SAMPLES) -> dict[str, Any]:
     for game, seeds in sorted(results.items()):
         last = {seed: evaluations[-1][1] for seed, evaluations in sorted(seeds.items())}
         steps = {seed: evaluations[-1][0] for seed, evaluations in sorted(seeds.items())}
+        seconds = {seed: evaluations[-1][2] for seed, evaluations in sorted(seeds.items())}
         scores = np.array(list(last.values()))
         games[game] = {
             "last_score": last,
             "last_step": steps,
+            "wall_seconds": seconds,  # nan: not recorded (older rewards.txt)
             "mean": float(scores.mean()),
             "std": float(scores.std(ddof=1)) if scores.size > 1 else 0.0,
         }
@@ -576,19 +581,22 @@ def preset_of(run: Path) -> str | None:
 
 def markdown(summary: dict[str, Any]) -> str:
     published = sorted({name for entry in summary["games"].values() for name in entry.get("published", {})})
-    header = "| game | seed | last evaluation | at step | human-normalised |" + "".join(
+    header = "| game | seed | last evaluation | at step | wall time | human-normalised |" + "".join(
         f" {name} |" for name in published
     )
-    lines = [header, "|---" * (5 + len(published)) + "|"]
+    lines = [header, "|---" * (6 + len(published)) + "|"]
     for game, entry in summary["games"].items():
         for seed, score in entry["last_score"].items():
             normalised = entry.get("human_normalised", {}).get(seed)
             shown = f"{normalised:.3f}" if normalised is not None else "—"
+            seconds = entry["wall_seconds"][seed]
+            wall = "—" if math.isnan(seconds) else f"{seconds / 60:.0f} min"
             lines.append(
-                f"| {game} | {seed} | {score:.1f} | {entry['last_step'][seed]:,} | {shown} |" + " |" * len(published)
+                f"| {game} | {seed} | {score:.1f} | {entry['last_step'][seed]:,} | {wall} | {shown} |"
+                + " |" * len(published)
             )
         means = "".join(f" {entry.get('published', {}).get(name, math.nan):.1f} |" for name in published)
-        lines.append(f"| **{game}** | mean ± std | **{entry['mean']:.1f} ± {entry['std']:.1f}** | | |{means}")
+        lines.append(f"| **{game}** | mean ± std | **{entry['mean']:.1f} ± {entry['std']:.1f}** | | | |{means}")
     if "aggregates" in summary:
         percent = round(100 * summary["confidence"])
         games = len(summary["games"]) - len(summary["without_reference"])
@@ -697,7 +705,7 @@ def profile_matrices(summary: dict[str, Any], references: dict[str, tuple[float,
 
 
 def iqm_curve(
-    results: dict[str, dict[int, list[tuple[int, float]]]],
+    results: dict[str, dict[int, list[tuple[int, float, float]]]],
     games: list[str],
     references: dict[str, tuple[float, float]],
     samples: int = 500,

@@ -68,7 +68,8 @@ def test_report_normalises_by_the_reference_scores_and_aggregates(tmp_path):
     assert all(entry["interval"] == pytest.approx((entry["value"],) * 2) for entry in agreeing.values())
 
     text = sweep.report(tmp_path)
-    assert "| ours |" in text and "| **Breakout** | mean ± std | **35.0 ± 7.1** | | |" in text
+    assert "| ours |" in text and "| **Breakout** | mean ± std | **35.0 ± 7.1** | | | |" in text
+    assert "| Breakout | 0 | 30.0 | 100 | — |" in text  # no wall time in a 3-column rewards.txt
     assert (tmp_path / "aggregate.png").stat().st_size > 0 and (tmp_path / "report.json").exists()
 
 
