@@ -16,7 +16,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 import torch
-from test_failures import popen_main
+from test_failures import popen_main, wait_until_training
 from test_main import games, rewards, run_main
 
 import main
@@ -234,23 +234,13 @@ def test_sigterm_stops_an_apex_run_with_a_checkpoint(tmp_path):
     installs its own handler (a stack dump, then abort) unless the run keeps its own."""
     run = tmp_path / "run"
     process = popen_main(*APEX, "--steps", "50000", "--eval-every", "50000", "--out", str(run))
-    deadline = time.monotonic() + 240
-    while len(games_logged(run)) < 2 and time.monotonic() < deadline:  # the actors' games are being learned from
-        assert process.poll() is None, process.communicate()
-        time.sleep(0.2)
+    wait_until_training(process, run)  # the actors' games are being learned from
     process.send_signal(signal.SIGTERM)
     stdout, stderr = process.communicate(timeout=180)
     assert process.returncode == 130, stderr
     assert "SIGTERM received" not in stderr and "Traceback" not in stderr
     assert load_checkpoint(run / "model_interrupted.pt")["run"]["step"] > 0
     assert f"continue with: python main.py --resume {run}" in stdout
-
-
-def games_logged(run) -> list[str]:
-    try:
-        return (run / "episodes.csv").read_text().splitlines()[1:]
-    except FileNotFoundError:
-        return []
 
 
 @pytest.mark.parametrize("ratio", ["fixed", "free"])

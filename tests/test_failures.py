@@ -56,6 +56,21 @@ def run_main(*args: str, limit_file_size: int | None = None) -> subprocess.Compl
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
+def wait_until_training(process: subprocess.Popen, run: Path, games: int = 2, seconds: float = 240) -> None:
+    """Until ``run``'s episodes.csv lists ``games`` training games, the process still running."""
+    deadline = time.monotonic() + seconds
+    while len(games_logged(run)) < games and time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.2)
+
+
+def games_logged(run: Path) -> list[str]:
+    try:
+        return (run / "episodes.csv").read_text().splitlines()[1:]
+    except FileNotFoundError:
+        return []
+
+
 def error_line(capsys, argv: list[str]) -> str:
     """The one line that main.py's argument checks print for ``argv``, with exit status 2."""
     with pytest.raises(SystemExit) as exit_info:

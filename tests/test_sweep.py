@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_failures import wait_until_training
 
 import sweep
 from utils_config import options_of
@@ -289,10 +290,7 @@ def test_sigterm_stops_a_sweep_on_ray_and_its_runs_with_checkpoints(tmp_path):
     process = subprocess.Popen(
         [sys.executable, "sweep.py", *argv], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    deadline = time.monotonic() + 240
-    while len(games_logged(out / "Pong-seed0")) < 2 and time.monotonic() < deadline:  # training is under way
-        assert process.poll() is None, process.communicate()
-        time.sleep(0.2)
+    wait_until_training(process, out / "Pong-seed0")
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=180)
     assert process.returncode == 130, stderr
@@ -300,13 +298,6 @@ def test_sigterm_stops_a_sweep_on_ray_and_its_runs_with_checkpoints(tmp_path):
     assert stderr.strip().splitlines()[-1] == f"Interrupted; run the same command again to continue the sweep in {out}"
     assert (out / "Pong-seed0" / "model_interrupted.pt").exists()
     assert not [cmdline for cmdline in process_command_lines() if str(out) in cmdline]  # no run left training
-
-
-def games_logged(run: Path) -> list[str]:
-    try:
-        return (run / "episodes.csv").read_text().splitlines()[1:]
-    except FileNotFoundError:
-        return []
 
 
 def process_command_lines() -> list[str]:
