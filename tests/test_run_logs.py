@@ -127,7 +127,7 @@ def test_learning_report_groups_games_by_step_range(tmp_path):
     ranges = {tuple(r["steps"]): (r["games"], r["mean_score"], r["cleanrl"]) for r in report["ranges"]}
     assert ranges == {
         (0, 20_000): (2, 1250.0, 1.95),
-        (20_000, 50_000): (0, None, None),
+        (20_000, 50_000): (0, None, 1.12),
         (50_000, 100_000): (2, 7950.0, 3.67),
         (100_000, 120_000): (2, 11000.05, None),  # a partial range has no reference
     }
