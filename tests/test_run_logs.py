@@ -137,7 +137,7 @@ def test_learning_report_groups_games_by_step_range(tmp_path):
     rows = {line.split()[0]: line.split()[1:] for line in table.splitlines() if line[:1].isdigit()}
     assert rows == {
         "0k-20k": ["1250.00", "(2)", "1000.00", "(1)", "1.95"],
-        "20k-50k": ["—", "(0)", "—*", "(0)", "—"],
+        "20k-50k": ["—", "(0)", "—*", "(0)", "1.12"],
         "50k-100k": ["7950.00", "(2)", "3.67"],
         "100k-150k": ["11000.05*", "(2)", "12.05"],
     }
