@@ -600,10 +600,11 @@ def markdown(summary: dict[str, Any]) -> str:
     if "aggregates" in summary:
         percent = round(100 * summary["confidence"])
         games = len(summary["games"]) - len(summary["without_reference"])
-        lines += ["", f"Human-normalised scores over {games} games, {summary['runs_per_game']} runs of ours per game"]
+        runs = summary["runs_per_game"]
+        lines += ["", f"Human-normalised scores over {plural(games, 'game')}, {plural(runs, 'run')} of ours per game"]
         if "published_runs" in summary:
-            runs = ", ".join(f"{name} {count}" for name, count in summary["published_runs"].items())
-            lines[-1] += f" (published: {runs} runs per game)"
+            published_runs = ", ".join(f"{name} {count}" for name, count in summary["published_runs"].items())
+            lines[-1] += f" (published: {published_runs} runs per game)"
         lines[-1] += f"; {percent}% stratified bootstrap intervals (rliable):"
         lines += ["", "| | " + " | ".join(metric.replace("_", " ").replace("iqm", "IQM") for metric in METRICS) + " |"]
         lines.append("|---" * (1 + len(METRICS)) + "|")
@@ -620,6 +621,10 @@ def markdown(summary: dict[str, Any]) -> str:
     if summary["without_reference"]:
         lines += ["", f"No reference scores for {', '.join(summary['without_reference'])}: left out of the aggregate."]
     return "\n".join(lines)
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'s' * (count != 1)}"
 
 
 def figure(out: Path, summary: dict[str, Any]) -> Figure:
@@ -643,7 +648,7 @@ def figure(out: Path, summary: dict[str, Any]) -> Figure:
         steps, values, lows, highs = iqm_curve(results, normalised_games, references)
         iqm_panel.plot(steps, values, marker="o", markersize=3, color="black")
         iqm_panel.fill_between(steps, lows, highs, color="black", alpha=0.15, linewidth=0)
-    iqm_panel.set_title(f"IQM over {len(normalised_games)} games, {round(100 * CONFIDENCE)}% interval")
+    iqm_panel.set_title(f"IQM over {plural(len(normalised_games), 'game')}, {round(100 * CONFIDENCE)}% interval")
     iqm_panel.set_xlabel("training steps")
     iqm_panel.set_ylabel("human-normalised score")
     iqm_panel.grid(alpha=0.3)
@@ -671,6 +676,7 @@ def draw_games(panel: Any, summary: dict[str, Any], references: dict[str, tuple[
                     [x + 0.25], [normalised], marker=marker, s=24, color=f"C{color}", label=name if x == 0 else None
                 )
     panel.set_xticks(range(len(games)), games, rotation=45, ha="right", fontsize=7)
+    panel.set_xlim(-0.5, len(games) - 0.25)
     panel.set_title("each game: our runs, published means" if names else "each game: our runs")
     panel.set_ylabel("human-normalised score")
     panel.grid(alpha=0.3)

@@ -327,3 +327,14 @@ def test_ctrl_c_while_ray_starts_and_an_address_with_no_ray_are_one_line(tmp_pat
         "sweep.py: error: cannot join the Ray cluster at 127.0.0.1:1: Connection refused; "
         "is `ray start --head` running there?"
     )
+
+
+def test_the_readme_shows_the_committed_atari100k_report():
+    """The README's Atari 100k table is results/atari100k/report.md, and that is the committed runs'
+    (their scores, steps and wall times; the intervals are resampled here with fewer draws)."""
+    readme = (ROOT / "README.md").read_text()
+    start, end = "<!-- results/atari100k/report.md -->\n", "\n<!-- end of results/atari100k/report.md -->"
+    shown = readme.split(start, 1)[1].split(end, 1)[0]
+    assert shown.strip() == (ROOT / "results" / "atari100k" / "report.md").read_text().strip()
+    games_table = sweep.markdown(sweep.summarize(ROOT / "results" / "atari100k", samples=20)).split("\n\n")[0]
+    assert games_table in shown
