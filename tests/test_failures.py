@@ -348,9 +348,9 @@ def test_a_saved_memory_is_used_only_when_it_belongs_to_the_checkpoint(tmp_path,
 def test_ctrl_c_during_the_refill_writes_no_memory_and_the_run_resumes(tmp_path):
     """The reproduction of the issue: a resume with --save-memory, interrupted while refilling."""
     run = tmp_path / "run"
-    common = ["--env", "Pong", "--learning-starts", "3000", "--memory-size", "4000", "--eval-episodes", "1"]
-    assert run_main(*common, "--steps", "3100", "--eval-every", "3100", "--out", str(run)).returncode == 0
-    process = popen_main("--resume", str(run), "--steps", "3200", "--save-memory")
+    common = [*TINY, "--learning-starts", "1000", "--memory-size", "1500"]
+    assert run_main(*common, "--steps", "1100", "--eval-every", "1100", "--out", str(run)).returncode == 0
+    process = popen_main("--resume", str(run), "--steps", "1200", "--save-memory")
     seen = ""
     while "refilling replay memory" not in seen:
         seen += process.stderr.read(1)
@@ -358,9 +358,9 @@ def test_ctrl_c_during_the_refill_writes_no_memory_and_the_run_resumes(tmp_path)
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr
-    assert "Interrupted at step 3100" in stdout and "Traceback" not in stderr
+    assert "Interrupted at step 1100" in stdout and "Traceback" not in stderr
     assert not (run / MEMORY_FILE).exists() and not (run / "model_interrupted.pt").exists()
-    resumed = run_main("--resume", str(run), "--steps", "3150")
+    resumed = run_main("--resume", str(run), "--steps", "1150")
     assert resumed.returncode == 0, resumed.stderr
 
 
