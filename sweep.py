@@ -628,12 +628,15 @@ def plural(count: int, noun: str) -> str:
 
 
 def figure(out: Path, summary: dict[str, Any]) -> Figure:
-    """One panel per game with its seeds' evaluation curves; the IQM of the human-normalised scores
-    over training steps with its interval; each game's normalised scores beside the published ones
-    (Atari 100k); and the performance profiles."""
+    """One panel per game with its seeds' evaluation curves; each game's normalised scores beside
+    the published ones (Atari 100k); and, once every game has as many runs (as the report's
+    aggregates), the IQM of the human-normalised scores over training steps with its interval and
+    the performance profiles."""
     results = collect(out)
     games = list(summary["games"])
-    extra = 1 + ("aggregates" in summary) * 2
+    references = reference_scores()
+    normalised_games = [game for game in games if game in references]
+    extra = bool(normalised_games) + ("aggregates" in summary) * 2
     columns = min(3, len(games) + extra)
     rows = math.ceil((len(games) + extra) / columns)
     drawing = Figure(figsize=(4.5 * columns, 3.2 * rows), dpi=110, layout="constrained")
@@ -641,19 +644,10 @@ def figure(out: Path, summary: dict[str, Any]) -> Figure:
     for panel, game in zip(panels, games, strict=False):
         curves = [plot.read_curve(out / f"{game}-seed{seed}" / "rewards.txt") for seed in sorted(results[game])]
         plot.draw_on(panel, curves, title=game)
-    iqm_panel = panels[len(games)]
-    references = reference_scores()
-    normalised_games = [game for game in games if game in references]
     if normalised_games:
-        steps, values, lows, highs = iqm_curve(results, normalised_games, references)
-        iqm_panel.plot(steps, values, marker="o", markersize=3, color="black")
-        iqm_panel.fill_between(steps, lows, highs, color="black", alpha=0.15, linewidth=0)
-    iqm_panel.set_title(f"IQM over {plural(len(normalised_games), 'game')}, {round(100 * CONFIDENCE)}% interval")
-    iqm_panel.set_xlabel("training steps")
-    iqm_panel.set_ylabel("human-normalised score")
-    iqm_panel.grid(alpha=0.3)
+        draw_games(panels[len(games)], summary, references)
     if "aggregates" in summary:
-        draw_games(panels[len(games) + 1], summary, references)
+        draw_iqm_curve(panels[len(games) + 1], results, normalised_games, references)
         draw_profiles(panels[len(games) + 2], summary, references)
     for panel in panels[len(games) + extra :]:
         panel.set_visible(False)
@@ -661,26 +655,51 @@ def figure(out: Path, summary: dict[str, Any]) -> Figure:
 
 
 def draw_games(panel: Any, summary: dict[str, Any], references: dict[str, tuple[float, float]]) -> None:
-    """Each game's human-normalised score: our runs as dots, the published means as marks."""
+    """Each game's human-normalised score: our runs as dots and their mean as a bar; each published
+    algorithm's mean as a mark, with a line over the middle half of its runs where they are kept."""
     games = [game for game in summary["games"] if "human_normalised" in summary["games"][game]]
     names = sorted({name for game in games for name in summary["games"][game].get("published", {})})
+    _, published_runs = published_scores(games) if names else ({}, {})
     for x, game in enumerate(games):
         entry = summary["games"][game]
         runs = list(entry["human_normalised"].values())
         panel.scatter([x] * len(runs), runs, color="black", s=12, label="ours, each run" if x == 0 else None)
+        panel.hlines(np.mean(runs), x - 0.15, x + 0.15, color="black", label="ours, mean" if x == 0 else None)
         random, human = references[game]
         for color, (marker, name) in enumerate(zip("s^v", names, strict=False)):
-            if name in entry.get("published", {}):
-                normalised = (entry["published"][name] - random) / (human - random)
-                panel.scatter(
-                    [x + 0.25], [normalised], marker=marker, s=24, color=f"C{color}", label=name if x == 0 else None
-                )
-    panel.set_xticks(range(len(games)), games, rotation=45, ha="right", fontsize=7)
-    panel.set_xlim(-0.5, len(games) - 0.25)
-    panel.set_title("each game: our runs, published means" if names else "each game: our runs")
+            if name not in entry.get("published", {}):
+                continue
+            offset = x + 0.2 * (color + 1)
+            if name in published_runs:
+                quartiles = np.percentile(published_runs[name][:, x], [25, 75])
+                panel.vlines(offset, *(quartiles - random) / (human - random), color=f"C{color}", alpha=0.6)
+            normalised = (entry["published"][name] - random) / (human - random)
+            panel.scatter(
+                [offset], [normalised], marker=marker, s=24, color=f"C{color}", label=name if x == 0 else None
+            )
+    centre = 0.1 * len(names)  # of each game's group of marks
+    panel.set_xticks([x + centre for x in range(len(games))], games, rotation=45, ha="right", fontsize=7)
+    panel.set_xlim(-0.5, len(games) - 0.5 + 2 * centre)
+    published = "\n(line: the middle half of their runs)" if published_runs else ""
+    panel.set_title(f"each game: ours and published{published}" if names else "each game: our runs", fontsize=9)
     panel.set_ylabel("human-normalised score")
     panel.grid(alpha=0.3)
     panel.legend(fontsize=7)
+
+
+def draw_iqm_curve(
+    panel: Any,
+    results: dict[str, dict[int, list[tuple[int, float, float]]]],
+    games: list[str],
+    references: dict[str, tuple[float, float]],
+) -> None:
+    steps, values, lows, highs = iqm_curve(results, games, references)
+    panel.plot(steps, values, marker="o", markersize=3, color="black")
+    panel.fill_between(steps, lows, highs, color="black", alpha=0.15, linewidth=0)
+    panel.set_title(f"IQM over {plural(len(games), 'game')}, {round(100 * CONFIDENCE)}% interval")
+    panel.set_xlabel("training steps")
+    panel.set_ylabel("human-normalised score")
+    panel.grid(alpha=0.3)
 
 
 def draw_profiles(panel: Any, summary: dict[str, Any], references: dict[str, tuple[float, float]]) -> None:
@@ -716,8 +735,8 @@ def iqm_curve(
     references: dict[str, tuple[float, float]],
     samples: int = 500,
 ) -> tuple[list[int], list[float], list[float], list[float]]:
-    """The IQM at each evaluation every run of ``games`` has reached at the same step, with its interval."""
-    seeds = min(len(results[game]) for game in games)
+    """The IQM at each evaluation every run of ``games`` has reached at the same step, with its interval
+    (every game with as many runs)."""
     reached = min(len(evaluations) for game in games for evaluations in results[game].values())
     steps, values, lows, highs = [], [], [], []
     for index in range(reached):
@@ -726,7 +745,7 @@ def iqm_curve(
         matrix = np.array(
             [
                 [(evaluations[index][1] - references[game][0]) / (references[game][1] - references[game][0])
-                 for evaluations in list(results[game].values())[:seeds]]
+                 for evaluations in results[game].values()]
                 for game in games
             ]
         ).T  # fmt: skip

@@ -100,6 +100,36 @@ def test_an_atari100k_sweep_is_compared_with_the_published_runs(tmp_path):
     assert "Probability that ours improves on DrQ_eps: 1.000" in text and "| DrQ_eps |" in text
 
 
+def test_the_figure_sets_each_game_beside_the_published_runs_and_aggregates_only_equal_seeds(tmp_path):
+    """The per-game panel whatever the seeds (the published means, and the middle half of their runs
+    for the game at that place); the IQM curve and the profiles only with the report's aggregates."""
+    from matplotlib.collections import LineCollection
+
+    def atari100k_run(game: str, seed: int, score: float) -> None:
+        write_rewards(tmp_path / f"{game}-seed{seed}", [0.0, score], every=100_000)
+        (tmp_path / f"{game}-seed{seed}" / "config.json").write_text('{"preset": "atari100k", "steps": 100000}')
+
+    def panels() -> dict[str, object]:
+        drawing = sweep.figure(tmp_path, sweep.summarize(tmp_path, samples=20))
+        return {panel.get_title().split("\n")[0]: panel for panel in drawing.axes if panel.get_visible()}
+
+    atari100k_run("Alien", 0, 700.0)
+    atari100k_run("Alien", 1, 900.0)
+    atari100k_run("Boxing", 0, 10.0)
+    shown = panels()
+    assert list(shown) == ["Alien", "Boxing", "each game: ours and published"]
+    random, human = sweep.reference_scores()["Boxing"]
+    boxing_drq = sweep.published_scores(["Alien", "Boxing"])[1]["DrQ_eps"][:, 1]
+    middle_half = (np.percentile(boxing_drq, [25, 75]) - random) / (human - random)
+    lines = [line for c in shown["each game: ours and published"].collections if isinstance(c, LineCollection)
+             for line in c.get_segments()]  # fmt: skip
+    assert any(np.allclose(line[:, 1], middle_half) and line[0, 0] > 1 for line in lines)  # Boxing's place is 1
+    atari100k_run("Boxing", 1, 12.0)
+    assert list(panels()) == [
+        "Alien", "Boxing", "each game: ours and published", "IQM over 2 games, 95% interval", "performance profiles"
+    ]  # fmt: skip
+
+
 def test_sweep_runs_resumes_retries_and_reports(tmp_path, ray_cluster, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a relative --out is the caller's folder, not main.py's (the project)
     out = tmp_path / "S"
