@@ -533,7 +533,8 @@ def learning_table(reports: list[dict[str, Any]]) -> str:
 
 def seeds_table(reports: list[dict[str, Any]], up_to: int) -> str:
     """Runs of the same settings but their seed in one column each: per range of steps up to
-    ``up_to``, each seed's mean score and their mean, beside CleanRL's for the same seeds (Markdown)."""
+    ``up_to``, each seed's mean score and their mean, beside CleanRL's for the same seeds, and the
+    evaluation at ``up_to`` (Markdown)."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for report in sorted(reports, key=lambda report: report["seed"]):
         settings = report["settings"]
@@ -563,6 +564,11 @@ def seeds_table(reports: list[dict[str, Any]], up_to: int) -> str:
             cells.append(scores([row["mean_score"] if row else None for row in rows]))
         cells.append(scores([CLEANRL_BREAKOUT.get(seed, {}).get((low, high)) for seed in seeds]))
         lines.append(f"| {low // 1000}-{high // 1000}k | " + " | ".join(cells) + " |")
+    evaluations = [
+        scores([next((e["mean_score"] for e in run["evaluations"] if e["step"] == up_to), None) for run in runs])
+        for runs in groups.values()
+    ]
+    lines.append(f"| evaluation at {up_to // 1000}k (10 games, epsilon 0.05) | " + " | ".join(evaluations) + " | |")
     lines.append("")
     lines += [f"- {name}: {', '.join(run['run'] for run in runs)}" for name, runs in groups.items()]
     return "\n".join(lines)
