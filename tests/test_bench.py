@@ -30,10 +30,13 @@ def test_quick_benchmark_reports_every_figure():
     assert "priority cycle" in rendered and "ale-py" in rendered
 
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
 def test_the_breakout_table_by_seed_is_built_from_the_committed_runs():
-    """The README's Breakout table: each seed's mean training score per range of steps and their
+    """The Breakout table by seed: each seed's mean training score per range of steps and their
     mean, beside CleanRL's same seeds, from the run folders in results/breakout/."""
-    runs = Path(__file__).resolve().parent.parent / "results" / "breakout"
+    runs = ROOT / "results" / "breakout"
     reports = [bench.learning_report(runs / name) for name in ("learning-breakout-seed1", "learning-breakout-seed2")]
     table = bench.seeds_table(reports, 150_000)
     assert "| 100-150k | 12.23 / 14.28 (13.26) | 12.05 / 14.44 (13.25) |" in table
@@ -41,3 +44,16 @@ def test_the_breakout_table_by_seed_is_built_from_the_committed_runs():
     assert "150-200k" not in table and "ours, uniform: seed 1 / 2 (mean)" in table
     # The evaluations at 150k in the runs' rewards.txt: 13.6 and 17.5.
     assert "| evaluation at 150k (10 games, epsilon 0.05) | 13.60 / 17.50 (15.55) | |" in table
+
+
+def test_the_readme_shows_the_breakout_table_of_the_committed_runs(monkeypatch):
+    """The README's three-seed table is what its command prints from results/breakout/ today."""
+    monkeypatch.chdir(ROOT)  # the table names the runs by the paths its command was given
+    readme = (ROOT / "README.md").read_text()
+    start, end = "<!-- results/breakout: bench.py --learning --by-seed -->\n", "\n<!-- end of results/breakout -->"
+    shown = readme.split(start, 1)[1].split(end, 1)[0]
+    names = [f"learning-breakout-seed{seed}" for seed in (1, 2, 3)]
+    names += ["learning-breakout-seed1-per150k", "learning-breakout-seed2-per", "learning-breakout-seed3-per"]
+    reports = [bench.learning_report(Path("results") / "breakout" / name) for name in names]
+    assert shown.strip() == bench.seeds_table(reports, 150_000).strip()
+    assert "| 100-150k | 12.23 / 14.28 / 12.88 (13.13) | 17.34 / 19.97 / 16.44 (17.92) |" in shown
