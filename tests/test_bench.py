@@ -6,6 +6,7 @@ from pathlib import Path
 
 import bench
 
+ROOT = Path(__file__).resolve().parent.parent
 KEYS = [
     "train_step_ms", "act_ms", "env_step_ms", "bound_isolated_sps", "work_in_loop_order_uniform_ms", "bound_uniform_sps",
     "work_in_loop_order_prioritized_ms", "bound_prioritized_sps",
@@ -28,9 +29,6 @@ def test_quick_benchmark_reports_every_figure():
     assert json.loads(json.dumps(figures)) == figures
     rendered = bench.table(figures)
     assert "priority cycle" in rendered and "ale-py" in rendered
-
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_breakout_table_by_seed_is_built_from_the_committed_runs():
