@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from utils_drl import Agent
 from utils_env import STACK_DEPTH, AtariEnv, Player
@@ -209,9 +210,25 @@ def start_ray(address: str | None, cpus: int) -> bool:
         reach_cluster(address)
         excludes = ["runs/", "results/", ".venv/", ".git/", "docs/", "*.pt", "__pycache__/"]
         runtime_env = {"working_dir": str(PROJECT_DIR), "excludes": excludes}
-    # ray.init replaces the driver's SIGTERM handling with its own (a stack dump, then abort): the
-    # caller's handlers, which stop a run with a checkpoint, are put back.
+    # A Ctrl-C inside ray.init can leave Ray half built: raised in its CoreWorker's constructor, the
+    # process dies of SIGSEGV at exit; raised in one of its callbacks, it is dropped and the run goes
+    # on. So the first one (or a SIGTERM before Ray swaps in its own) is held until ray.init returns,
+    # then given to the caller's handler; a second one stops at once. ray.init also replaces the
+    # SIGTERM handler (a stack dump, then abort): the caller's, which save a checkpoint, are put back.
+    in_main_thread = threading.current_thread() is threading.main_thread()
     handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    handlers = {signum: handler for signum, handler in handlers.items() if handler is not None}
+    held: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        if held:
+            raise KeyboardInterrupt
+        held.append(signum)
+        tqdm.write("Stopping once Ray has started (Ctrl-C again to stop at once).")
+
+    if in_main_thread:
+        for signum in handlers:
+            signal.signal(signum, hold)
     try:
         ray.init(
             address=address,
@@ -225,10 +242,11 @@ def start_ray(address: str | None, cpus: int) -> bool:
         where = f"join the Ray cluster at {address}" if address else "start Ray"
         raise RayStartError(f"cannot {where}: {first_line(error)}") from error
     finally:
-        if threading.current_thread() is threading.main_thread():
+        if in_main_thread:
             for signum, handler in handlers.items():
-                if handler is not None:
-                    signal.signal(signum, handler)
+                signal.signal(signum, handler)
+            for signum in held[:1]:
+                signal.raise_signal(signum)
     return True
 
 

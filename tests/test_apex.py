@@ -189,6 +189,33 @@ def test_actors_without_ray_is_one_line(monkeypatch, capsys):
     assert "pip install 'ray>=2.40'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("presses", [1, 2])
+def test_ctrl_c_while_ray_starts_waits_for_ray_unless_pressed_twice(presses, monkeypatch, capsys):
+    """A KeyboardInterrupt raised inside ray.init leaves Ray half built (seen: SIGSEGV at exit, or the
+    interrupt dropped and a sweep going on to the end): the first Ctrl-C reaches the caller's handler
+    once ray.init has returned; a second one stops ray.init at once."""
+    steps_of_init = []
+
+    def slow_init(**options):
+        for step in range(20):
+            if step < presses:
+                os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.005)  # Python runs a pending handler here
+            steps_of_init.append(step)
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", slow_init)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            utils_apex.start_ray(None, 1)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the caller's, put back
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert len(steps_of_init) == (20 if presses == 1 else 1)
+    assert "Stopping once Ray has started (Ctrl-C again to stop at once)." in capsys.readouterr().out
+
+
 def test_ctrl_c_stops_actors_and_learner_with_a_checkpoint(tmp_path, ray_cluster, pools, capsys):
     run = tmp_path / "run"
 
