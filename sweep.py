@@ -543,15 +543,24 @@ def summarize(out: Path, samples: int = BOOTSTRAP_SAMPLES) -> dict[str, Any]:
             f"the runs were last evaluated at different steps ({', '.join(f'{step:,}' for step in final_steps)}), "
             "so their scores measure different amounts of training"
         )
-    seeds_per_game = {len(values) for values in normalised.values()}
-    if normalised and len(seeds_per_game) == 1:
-        names = list(normalised)
+    # The bootstrap resamples runs within each game, so the aggregates take the games with the most
+    # finished seeds; a game still behind joins them once it has as many.
+    seeds_of = {game: len(values) for game, values in normalised.items()}
+    most = max(seeds_of.values(), default=0)
+    names = [game for game in sorted(normalised) if seeds_of[game] == most]
+    behind = [f"{game} ({plural(seeds_of[game], 'seed')})" for game in sorted(normalised) if seeds_of[game] < most]
+    if behind:
+        summary["notes"].append(
+            f"left out of the aggregates until they have {most} finished seeds like the other games: {', '.join(behind)}"
+        )
+    if names:
         ours = np.array([list(normalised[game].values()) for game in names]).T  # (runs, games)
         matrices = {"ours": ours}
-        if published_runs and names == sorted(results):
+        if published_runs:
             scale = np.array([references[game] for game in names])  # (games, [random, human])
+            columns = [sorted(results).index(game) for game in names]
             for name, raw in published_runs.items():
-                matrices[name] = (raw - scale[:, 0]) / (scale[:, 1] - scale[:, 0])
+                matrices[name] = (raw[:, columns] - scale[:, 0]) / (scale[:, 1] - scale[:, 0])
             pairs = {name: [ours, matrix] for name, matrix in matrices.items() if name != "ours"}
             points, intervals = interval_estimates(pairs, metrics.probability_of_improvement, samples)
             summary["improvement"] = {
@@ -559,16 +568,13 @@ def summarize(out: Path, samples: int = BOOTSTRAP_SAMPLES) -> dict[str, Any]:
                 for name in pairs
             }
             summary["published_runs"] = {name: int(matrix.shape[0]) for name, matrix in published_runs.items()}
+        summary["aggregate_games"] = names
         summary["aggregates"] = aggregates(matrices, samples)
         summary["runs_per_game"] = int(ours.shape[0])
         if ours.shape[0] == 1:
             summary["notes"].append(
                 "one run per game: the bootstrap resamples runs within each game, so our intervals have no width"
             )
-    elif normalised:
-        summary["notes"].append(
-            "games have different numbers of finished seeds: no aggregate until each game has as many"
-        )
     return summary
 
 
@@ -599,9 +605,13 @@ def markdown(summary: dict[str, Any]) -> str:
         lines.append(f"| **{game}** | mean ± std | **{entry['mean']:.1f} ± {entry['std']:.1f}** | | | |{means}")
     if "aggregates" in summary:
         percent = round(100 * summary["confidence"])
-        games = len(summary["games"]) - len(summary["without_reference"])
+        games = summary["aggregate_games"]
         runs = summary["runs_per_game"]
-        lines += ["", f"Human-normalised scores over {plural(games, 'game')}, {plural(runs, 'run')} of ours per game"]
+        lines += [
+            "",
+            f"Human-normalised scores over {plural(len(games), 'game')} ({', '.join(games)}), "
+            f"{plural(runs, 'run')} of ours per game",
+        ]
         if "published_runs" in summary:
             published_runs = ", ".join(f"{name} {count}" for name, count in summary["published_runs"].items())
             lines[-1] += f" (published: {published_runs} runs per game)"
@@ -629,9 +639,8 @@ def plural(count: int, noun: str) -> str:
 
 def figure(out: Path, summary: dict[str, Any]) -> Figure:
     """One panel per game with its seeds' evaluation curves; each game's normalised scores beside
-    the published ones (Atari 100k); and, once every game has as many runs (as the report's
-    aggregates), the IQM of the human-normalised scores over training steps with its interval and
-    the performance profiles."""
+    the published ones (Atari 100k); and, over the games of the report's aggregates, the IQM of the
+    human-normalised scores over training steps with its interval and the performance profiles."""
     results = collect(out)
     games = list(summary["games"])
     references = reference_scores()
@@ -647,7 +656,7 @@ def figure(out: Path, summary: dict[str, Any]) -> Figure:
     if normalised_games:
         draw_games(panels[len(games)], summary, references)
     if "aggregates" in summary:
-        draw_iqm_curve(panels[len(games) + 1], results, normalised_games, references)
+        draw_iqm_curve(panels[len(games) + 1], results, summary["aggregate_games"], references)
         draw_profiles(panels[len(games) + 2], summary, references)
     for panel in panels[len(games) + extra :]:
         panel.set_visible(False)
@@ -720,7 +729,7 @@ def draw_profiles(panel: Any, summary: dict[str, Any], references: dict[str, tup
 
 
 def profile_matrices(summary: dict[str, Any], references: dict[str, tuple[float, float]]) -> dict[str, np.ndarray]:
-    games = [game for game in summary["games"] if "human_normalised" in summary["games"][game]]
+    games = summary["aggregate_games"]
     matrices = {"ours": np.array([list(summary["games"][game]["human_normalised"].values()) for game in games]).T}
     if "published_runs" in summary:
         _, runs = published_scores(games)

@@ -100,9 +100,26 @@ def test_an_atari100k_sweep_is_compared_with_the_published_runs(tmp_path):
     assert "Probability that ours improves on DrQ_eps: 1.000" in text and "| DrQ_eps |" in text
 
 
-def test_the_figure_sets_each_game_beside_the_published_runs_and_aggregates_only_equal_seeds(tmp_path):
+def test_games_behind_in_seeds_wait_outside_the_aggregates(tmp_path):
+    """A sweep in progress (Breakout at 1 of 2 seeds): the aggregates and the comparison with the
+    published runs are those of the games with every seed, as if the other were not there yet."""
+    for game, seeds in (("Alien", (0, 1)), ("Boxing", (0, 1)), ("Breakout", (0,))):
+        for seed in seeds:
+            for folder in [tmp_path / "all", tmp_path / "complete"][: 1 + (game != "Breakout")]:
+                write_rewards(folder / f"{game}-seed{seed}", [0.0, 100.0 * seed + len(game)], every=100_000)
+                (folder / f"{game}-seed{seed}" / "config.json").write_text('{"preset": "atari100k"}')
+    summary = sweep.summarize(tmp_path / "all", samples=200)
+    complete = sweep.summarize(tmp_path / "complete", samples=200)
+    assert summary["aggregate_games"] == complete["aggregate_games"] == ["Alien", "Boxing"]
+    for key in ("aggregates", "improvement", "published_runs", "runs_per_game"):
+        assert summary[key] == complete[key]
+    assert "Breakout (1 seed)" in summary["notes"][0]
+    assert "Human-normalised scores over 2 games (Alien, Boxing), 2 runs" in sweep.markdown(summary)
+
+
+def test_the_figure_sets_each_game_beside_the_published_runs_and_aggregates_the_complete_games(tmp_path):
     """The per-game panel whatever the seeds (the published means, and the middle half of their runs
-    for the game at that place); the IQM curve and the profiles only with the report's aggregates."""
+    for the game at that place); the IQM curve and the profiles over the report's aggregate games."""
     from matplotlib.collections import LineCollection
 
     def atari100k_run(game: str, seed: int, score: float) -> None:
@@ -117,7 +134,9 @@ def test_the_figure_sets_each_game_beside_the_published_runs_and_aggregates_only
     atari100k_run("Alien", 1, 900.0)
     atari100k_run("Boxing", 0, 10.0)
     shown = panels()
-    assert list(shown) == ["Alien", "Boxing", "each game: ours and published"]
+    assert list(shown) == [
+        "Alien", "Boxing", "each game: ours and published", "IQM over 1 game, 95% interval", "performance profiles"
+    ]  # fmt: skip
     random, human = sweep.reference_scores()["Boxing"]
     boxing_drq = sweep.published_scores(["Alien", "Boxing"])[1]["DrQ_eps"][:, 1]
     middle_half = (np.percentile(boxing_drq, [25, 75]) - random) / (human - random)
