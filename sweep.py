@@ -144,7 +144,10 @@ def main_argv(run: Run, state: str, passed: list[str]) -> list[str]:
 def run_main(argv: list[str], log: Path, stop_file: Path) -> int:
     """``python main.py argv`` with its output in ``log``. Ctrl-C, or ``stop_file`` appearing (how
     the sweep stops runs on other machines: their folders are shared), is passed on to it as
-    SIGINT, so it saves a checkpoint before it stops."""
+    SIGINT, so it saves a checkpoint before it stops. A run still queued when the sweep stops
+    never starts (Ray would otherwise start it as the stopped runs free their slots)."""
+    if stop_file.exists():
+        return 130  # stopped, like a run stopped by Ctrl-C
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a") as output:
         process = subprocess.Popen(

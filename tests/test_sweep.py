@@ -288,6 +288,16 @@ def test_a_report_marks_runs_at_different_steps(tmp_path):
     assert "different steps (300, 500)" in " ".join(summary["notes"])
 
 
+def test_a_run_queued_when_the_sweep_stops_never_starts(tmp_path):
+    """After Ctrl-C, Ray starts the queued runs as the stopped ones free their slots: each must end
+    at once as stopped (130), without starting main.py (whose log would then exist)."""
+    stop_file = tmp_path / sweep.STOP_FILE
+    stop_file.touch()
+    log = tmp_path / "Pong-seed0" / sweep.LOG_FILE
+    assert sweep.run_main(["--env", "Pong"], log, stop_file) == 130
+    assert not log.exists()
+
+
 def test_a_run_is_stopped_with_a_checkpoint_when_the_sweep_dies(tmp_path):
     """Even by SIGKILL: the kernel sends the run SIGTERM (main.py: a checkpoint, then exit), so no
     run trains on orphaned and holds its folder's lock."""
