@@ -48,7 +48,7 @@ from utils_config import (
     use_threads,
 )
 from utils_drl import Agent, CheckpointError, linear_schedule, save_checkpoint
-from utils_env import AtariEnv, Player, evaluate
+from utils_env import AtariEnv, EvaluationStopped, Player, evaluate
 from utils_memory import PrioritizedReplayMemory, ReplayMemory
 from utils_run import (
     EPISODES_FILE,
@@ -87,6 +87,7 @@ class Progress:
     wall_seconds: float = 0.0
     last_score: float = float("nan")
     threads: int = 0  # the learner's CPU threads (0: unknown, an older checkpoint)
+    evaluation_due: bool = False  # a stop interrupted the evaluation at this step: a resume does it first
 
 
 class StopRequest:
@@ -115,14 +116,16 @@ class StopRequest:
         tqdm.write("Stopping after this step to save a checkpoint (Ctrl-C again to quit without saving).")
 
 
-def run_evaluation(args: argparse.Namespace, agent: Agent, index: int, out: Path) -> EvalResult:
+def run_evaluation(
+    args: argparse.Namespace, agent: Agent, index: int, out: Path, stopped: Callable[[], bool]
+) -> EvalResult:
     """Evaluate on a fresh game seeded by (seed, index), so a resumed run evaluates identically."""
     seed = int(np.random.SeedSequence([args.seed, index, 1]).generate_state(1)[0])
     env = AtariEnv(seed=seed, **env_options(args))
     rng = np.random.default_rng(seed)
     frame_dir = out / f"eval_{index:03d}" if args.render else None
     return evaluate(
-        lambda state, eps: agent.act(state, eps, rng), env, args.eval_episodes, args.eval_epsilon, frame_dir
+        lambda state, eps: agent.act(state, eps, rng), env, args.eval_episodes, args.eval_epsilon, frame_dir, stopped
     )
 
 
@@ -355,6 +358,8 @@ class Trainer:
             self.evaluate_and_save()
         else:
             self.restore_memory(refill)
+            if self.progress.evaluation_due and self.progress.step < self.args.steps:
+                self.evaluate_and_save()  # the one a stop interrupted (a final one is finish's)
         self.learning_mark = self.log_mark = (self.progress.step, self.loop_clock())  # (step, clock) for steps/s
         self.rate_mark = (self.progress.step, self.updates, time.perf_counter())  # for the bar's Ape-X figures
         self.bar = tqdm(
@@ -444,10 +449,20 @@ class Trainer:
             self.save(self.out / INTERRUPTED_CHECKPOINT, None)
 
     def evaluate_and_save(self) -> None:
+        """Evaluate, then write the checkpoint and the rewards.txt line. When a stop cuts the
+        evaluation short, neither is written: the checkpoint the stop writes keeps the
+        evaluation due, and a resume does it first, as the run would have."""
         evaluation_start = time.perf_counter()
         progress = self.progress
         index = progress.evaluations
-        result = run_evaluation(self.args, self.agent, index, self.out)
+        progress.evaluation_due = True
+        try:
+            result = run_evaluation(self.args, self.agent, index, self.out, lambda: self.stop.requested)
+        except EvaluationStopped:
+            return
+        finally:
+            self.evaluation_seconds += time.perf_counter() - evaluation_start
+        progress.evaluation_due = False
         progress.evaluations += 1
         progress.last_score = float(np.mean(result.scores))
         if self.writer:
@@ -455,7 +470,6 @@ class Trainer:
         line = rewards_line(index, progress.step, result, self.wall_seconds())
         self.save(self.out / f"model_{index:03d}.pt", line)  # the checkpoint first: it carries the line
         append_line(self.out / REWARDS_FILE, line)
-        self.evaluation_seconds += time.perf_counter() - evaluation_start
 
     def restore_memory(self, refill: Callable[[int], None]) -> None:
         """Reload the saved replay memory if it belongs to the checkpoint, else refill it with
@@ -484,12 +498,19 @@ class Trainer:
         learning_sps = (
             (progress.step - first_step) / (self.loop_clock() - first_time) if progress.step > first_step else math.nan
         )
+        if not self.stop.requested and (progress.evaluation_due or progress.step % self.args.eval_every != 0):
+            self.evaluate_and_save()  # the final policy always gets a line
         if self.stop.requested:
+            if self.checkpoint is None and progress.evaluations == 0:
+                print(
+                    "Stopped while evaluating the untrained network, before anything was saved; "
+                    "start again with the same command",
+                    flush=True,
+                )
+                return TrainSummary(130, 0, math.nan, 0)
             self.save_interrupted()
             print(f"Interrupted at step {progress.step}; continue with: python main.py --resume {self.out}", flush=True)
             return TrainSummary(130, progress.step, learning_sps, self.updates)
-        if progress.step % self.args.eval_every != 0:
-            self.evaluate_and_save()  # the final policy always gets a line
         print(f"Done: {progress.step} steps, last evaluation score {progress.last_score:.1f}", flush=True)
         return TrainSummary(0, progress.step, learning_sps, self.updates)
 

@@ -115,14 +115,16 @@ def plan(out: Path, games: list[str], seeds: list[int]) -> list[Run]:
 
 def run_state(run: Run, steps: int) -> str:
     """``done`` (evaluated at ``steps`` or later, by its rewards.txt, which counts a run kept without
-    its checkpoints, or by a checkpoint), ``interrupted`` (an earlier checkpoint) or ``new``."""
+    its checkpoints, or by a checkpoint), ``interrupted`` (an earlier checkpoint, or one whose
+    evaluation a stop cut short) or ``new``."""
     if evaluated_step(run.folder) >= steps:
         return "done"
     try:
         _, checkpoint, _ = load_newest_checkpoint(run.folder)
     except CheckpointError:
         return "new"
-    return "done" if checkpoint["run"]["step"] >= steps else "interrupted"
+    progress = checkpoint["run"]
+    return "done" if progress["step"] >= steps and not progress.get("evaluation_due", False) else "interrupted"
 
 
 def evaluated_step(folder: Path) -> int:

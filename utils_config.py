@@ -286,8 +286,9 @@ def parse_config(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, 
             print(f"Note: {note}", flush=True)
         args = merge_saved(parser, checkpoint["config"], given, RESUMABLE_OPTIONS, "cannot change on resume")
         args.out = args.resume
-        if args.steps <= checkpoint["run"]["step"]:
-            parser.error(f"--steps {args.steps} must exceed the checkpoint's step {checkpoint['run']['step']}")
+        step = checkpoint["run"]["step"]
+        if args.steps < step or (args.steps == step and not checkpoint["run"].get("evaluation_due", False)):
+            parser.error(f"--steps {args.steps} must exceed the checkpoint's step {step}")
     check_values(parser, args)
     check_training(parser, args, resuming=checkpoint is not None)
     return args, checkpoint

@@ -298,17 +298,24 @@ class Player:
         self.episode_length = state.get("episode_length", 0)  # absent from older checkpoints
 
 
+class EvaluationStopped(Exception):
+    """``evaluate`` was asked to stop before its last game ended; it returns no scores."""
+
+
 def evaluate(
     act: Callable[[np.ndarray, float], int],
     env: AtariEnv,
     episodes: int,
     epsilon: float,
     frame_dir: Path | None = None,
+    stopped: Callable[[], bool] = lambda: False,
 ) -> EvalResult:
     """Play whole games with ``act(state, epsilon)`` and return their raw scores.
 
     With ``frame_dir``, the first episode's colour frames are written there as
     000000.png, 000001.png, ...; the folder appears only once it is complete.
+    ``stopped`` is asked before every step: once it says yes, raises EvaluationStopped (100
+    games can take many minutes, and a partial mean must never pass for a score).
     """
     start = time.perf_counter()
     stack = FrameStack()
@@ -326,6 +333,10 @@ def evaluate(
             Image.fromarray(env.rgb()).save(partial / f"{frame_index:06d}.png")
         score, done = 0.0, False
         while not done:
+            if stopped():
+                if partial:
+                    shutil.rmtree(partial, ignore_errors=True)
+                raise EvaluationStopped
             result = env.step(act(state, epsilon))
             state = stack.push(result.frame)
             score += result.reward

@@ -2,6 +2,7 @@
 one folder, a bad saved memory, a failing disk and a second Ctrl-C. Each ends in one line (or a
 correct run) and leaves every earlier file as it was."""
 
+import itertools
 import os
 import re
 import signal
@@ -15,6 +16,7 @@ import pytest
 import torch
 
 import main
+import sweep
 import utils_config
 from utils_drl import WriteError, load_checkpoint, save_checkpoint, write_atomically
 from utils_run import (
@@ -343,6 +345,60 @@ def test_a_saved_memory_is_used_only_when_it_belongs_to_the_checkpoint(tmp_path,
     assert main.main(["--resume", str(run), "--steps", "320", "--save-memory"]) == 0
     assert f"{memory} is empty, but the checkpoint is in the middle of a game" in capsys.readouterr().out
     assert torch.load(memory, weights_only=True)["step"] == 320
+
+
+def stop_during_evaluation(monkeypatch, evaluation: int) -> None:
+    """Ctrl-C (a real SIGINT to this process) 30 steps into the process's ``evaluation``-th evaluation."""
+    real, calls = main.evaluate, itertools.count()
+
+    def evaluate(act, *rest):
+        if next(calls) != evaluation:
+            return real(act, *rest)
+        acted = itertools.count()
+
+        def act_then_stop(state, epsilon):
+            if next(acted) == 30:
+                os.kill(os.getpid(), signal.SIGINT)
+            return act(state, epsilon)
+
+        return real(act_then_stop, *rest)
+
+    monkeypatch.setattr(main, "evaluate", evaluate)
+
+
+def scores(run: Path) -> list[list[str]]:
+    """rewards.txt without its wall times: index, step and the score columns."""
+    return [line.split()[:-1] for line in (run / "rewards.txt").read_text().splitlines()]
+
+
+def test_ctrl_c_during_an_evaluation_writes_no_score_and_a_resume_evaluates_first(tmp_path, monkeypatch, capsys):
+    """Stopped in line 0's evaluation, in one at --eval-every and in the final one: no partial line,
+    and the run finished afterwards is the uninterrupted one, line for line and weight for weight."""
+    common = [*TINY, "--max-episode-frames", "400", "--steps", "300", "--eval-every", "200", "--save-memory"]
+    assert main.main([*common, "--out", str(tmp_path / "straight")]) == 0
+    straight = load_checkpoint(tmp_path / "straight" / "model_002.pt")
+    for evaluation, step in [(0, 0), (1, 200), (2, 300)]:
+        run = tmp_path / f"stopped_in_{evaluation}"
+        with monkeypatch.context() as patch:
+            stop_during_evaluation(patch, evaluation)
+            assert main.main([*common, "--render", "--out", str(run)]) == 130  # frames: an eval_*.partial
+        out = capsys.readouterr().out
+        assert not list(run.glob("eval_*.partial")) and not (run / f"eval_{evaluation:03d}").exists()
+        if evaluation == 0:
+            assert "before anything was saved; start again with the same command" in out
+            assert not (run / "rewards.txt").exists() and not list(run.glob("*.pt"))
+            assert main.main([*common, "--out", str(run)]) == 0
+        else:
+            assert [line[0] for line in scores(run)] == [str(i) for i in range(evaluation)]
+            progress = load_checkpoint(run / "model_interrupted.pt")["run"]
+            assert progress["step"] == step and progress["evaluation_due"]
+            assert sweep.run_state(sweep.Run("Breakout", 0, run), 300) == "interrupted"
+            assert main.main(["--resume", str(run), "--steps", "300"]) == 0
+        assert scores(run) == scores(tmp_path / "straight")
+        finished = load_checkpoint(run / "model_002.pt")
+        assert not finished["run"]["evaluation_due"]
+        for key, value in straight["agent"]["online"].items():
+            assert torch.equal(value, finished["agent"]["online"][key]), (evaluation, key)
 
 
 def test_ctrl_c_during_the_refill_writes_no_memory_and_the_run_resumes(tmp_path):
