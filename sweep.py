@@ -524,7 +524,7 @@ def summarize(out: Path, samples: int = BOOTSTRAP_SAMPLES) -> dict[str, Any]:
             "last_step": steps,
             "wall_seconds": seconds,  # nan: not recorded (older rewards.txt)
             "mean": float(scores.mean()),
-            "std": float(scores.std(ddof=1)) if scores.size > 1 else 0.0,
+            "std": float(scores.std(ddof=1)) if scores.size > 1 else None,  # one run has no spread to show
         }
         if game in published_means:
             games[game]["published"] = published_means[game]
@@ -607,7 +607,10 @@ def markdown(summary: dict[str, Any]) -> str:
                 + " |" * len(published)
             )
         means = "".join(f" {entry.get('published', {}).get(name, math.nan):.1f} |" for name in published)
-        lines.append(f"| **{game}** | mean ± std | **{entry['mean']:.1f} ± {entry['std']:.1f}** | | | |{means}")
+        if entry["std"] is None:
+            lines.append(f"| **{game}** | one seed so far | **{entry['mean']:.1f}** | | | |{means}")
+        else:
+            lines.append(f"| **{game}** | mean ± std | **{entry['mean']:.1f} ± {entry['std']:.1f}** | | | |{means}")
     if "aggregates" in summary:
         percent = round(100 * summary["confidence"])
         games = summary["aggregate_games"]

@@ -114,7 +114,9 @@ def test_games_behind_in_seeds_wait_outside_the_aggregates(tmp_path):
     for key in ("aggregates", "improvement", "published_runs", "runs_per_game"):
         assert summary[key] == complete[key]
     assert "Breakout (1 seed)" in summary["notes"][0]
-    assert "Human-normalised scores over 2 games (Alien, Boxing), 2 runs" in sweep.markdown(summary)
+    text = sweep.markdown(summary)
+    assert "Human-normalised scores over 2 games (Alien, Boxing), 2 runs" in text
+    assert summary["games"]["Breakout"]["std"] is None and "| **Breakout** | one seed so far | **8.0** |" in text
 
 
 def test_the_figure_sets_each_game_beside_the_published_runs_and_aggregates_the_complete_games(tmp_path):
