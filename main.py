@@ -611,10 +611,12 @@ def cli() -> None:
     """``python main.py``, or the ``dqn-train`` command of ``pip install -e .``."""
     sys.stdout = OutputWithoutReader(sys.stdout)
     try:
-        sys.exit(main())
+        code = main()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # on the way out: a late second Ctrl-C is no traceback
     except KeyboardInterrupt:  # outside training, e.g. while a checkpoint loads or a game is played back
         print("Stopped.", file=sys.stderr)
         sys.exit(130)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

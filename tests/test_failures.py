@@ -420,21 +420,30 @@ def test_ctrl_c_during_the_refill_writes_no_memory_and_the_run_resumes(tmp_path)
     assert resumed.returncode == 0, resumed.stderr
 
 
-def test_a_second_ctrl_c_quits_at_once_with_one_line(tmp_path):
+def test_a_second_ctrl_c_quits_at_once_with_one_line(tmp_path, monkeypatch, capsys):
+    """The first Ctrl-C (in the evaluation at step 200) asks for a checkpoint; the second, while it is
+    being written, quits at once: one line naming the last whole checkpoint, no partial file."""
     run = tmp_path / "run"
-    argv = [*TINY, "--eval-episodes", "50", "--steps", "1000", "--out", str(run)]
-    process = popen_main(*argv)
-    while not process.stdout.readline().startswith("Run folder:"):
-        assert process.poll() is None
-    time.sleep(1.5)  # the first evaluation, 50 games, is under way; it finishes before a first Ctrl-C counts
-    process.send_signal(signal.SIGINT)
-    time.sleep(0.5)
-    process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 130
+    stop_during_evaluation(monkeypatch, 1)
+    real_save = main.save_checkpoint
+
+    def second_ctrl_c_while_saving(path, state):
+        if path.name == "model_interrupted.pt":
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_save(path, state)
+
+    monkeypatch.setattr(main, "save_checkpoint", second_ctrl_c_while_saving)
+    assert (
+        main.main([*TINY, "--max-episode-frames", "400", "--steps", "300", "--eval-every", "200", "--out", str(run)])
+        == 130
+    )
+    stderr = capsys.readouterr().err
     assert "Traceback" not in stderr
-    assert stderr.strip().splitlines()[-1] == "Quit without saving; no checkpoint was written yet"
-    assert not list(run.glob("model_*")) and not list(run.glob(".*tmp*"))
+    assert (
+        stderr.strip().splitlines()[-1]
+        == f"Quit without saving; the last checkpoint is {run / 'model_000.pt'} (step 0)"
+    )
+    assert [path.name for path in run.glob("model_*")] == ["model_000.pt"] and not list(run.glob(".*tmp*"))
 
 
 def test_a_full_disk_ends_in_one_line_naming_the_file(tmp_path):
