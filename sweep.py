@@ -607,10 +607,9 @@ def markdown(summary: dict[str, Any]) -> str:
                 + " |" * len(published)
             )
         means = "".join(f" {entry.get('published', {}).get(name, math.nan):.1f} |" for name in published)
-        if entry["std"] is None:
-            lines.append(f"| **{game}** | one seed so far | **{entry['mean']:.1f}** | | | |{means}")
-        else:
-            lines.append(f"| **{game}** | mean ± std | **{entry['mean']:.1f} ± {entry['std']:.1f}** | | | |{means}")
+        mean, std = entry["mean"], entry["std"]
+        label, shown = ("one seed so far", f"{mean:.1f}") if std is None else ("mean ± std", f"{mean:.1f} ± {std:.1f}")
+        lines.append(f"| **{game}** | {label} | **{shown}** | | | |{means}")
     if "aggregates" in summary:
         percent = round(100 * summary["confidence"])
         games = summary["aggregate_games"]
