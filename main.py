@@ -72,7 +72,7 @@ from utils_run import (
     save_memory,
     start_episodes,
 )
-from utils_types import EvalResult, GameResult
+from utils_types import EvalResult, GameResult, StackRule
 
 keep_freed_memory()  # for every tensor the learning step allocates (see utils_config)
 
@@ -125,7 +125,13 @@ def run_evaluation(
     rng = np.random.default_rng(seed)
     frame_dir = out / f"eval_{index:03d}" if args.render else None
     return evaluate(
-        lambda state, eps: agent.act(state, eps, rng), env, args.eval_episodes, args.eval_epsilon, frame_dir, stopped
+        lambda state, eps: agent.act(state, eps, rng),
+        env,
+        args.eval_episodes,
+        args.eval_epsilon,
+        frame_dir,
+        stopped,
+        stack_rule(args),
     )
 
 
@@ -179,6 +185,7 @@ def play_checkpoint(args: argparse.Namespace, checkpoint: dict[str, Any]) -> int
             1,
             args.eval_epsilon,
             frame_dir if episode == 0 else None,
+            stack_rule=stack_rule(args),
         )
         scores.append(result.scores[0])
         print(f"Episode #{episode}: reward: {scores[-1]:.1f}", flush=True)
@@ -485,8 +492,13 @@ class Trainer:
                 if len(memory) or self.player is None or self.player.first:  # Ape-X actors start new games
                     return
                 reason = f"{out / MEMORY_FILE} is empty, but the checkpoint is in the middle of a game"
-        if reason:
-            print(f"Note: {reason}; refilling the replay memory instead", flush=True)
+        reason = reason or "the replay memory was not saved with the checkpoint (--save-memory saves it)"
+        held = min(self.progress.step, args.memory_size)
+        print(
+            f"Note: {reason}; refilling it with {args.learning_starts:,} steps of the current policy: the run is no "
+            f"longer the one it would have been (its memory held up to {held:,} steps)",
+            flush=True,
+        )
         refill(args.learning_starts)
 
     def finish(self) -> TrainSummary:
@@ -545,6 +557,7 @@ def env_options(args: argparse.Namespace) -> dict[str, Any]:
         "sticky_actions": args.sticky_actions,
         "max_episode_frames": args.max_episode_frames,
         "noop_max": args.noop_max,
+        "noop_unit": args.noop_unit,
         "fire_reset": args.fire_reset,
         "life_loss_terminal": args.life_loss_terminal,
         "full_action_space": args.full_action_space,
@@ -560,6 +573,7 @@ def agent_options(args: argparse.Namespace) -> dict[str, Any]:
         "grad_clip": args.grad_clip,
         "double": args.double,
         "dueling": args.dueling,
+        "network": args.network,
         "separate_target": args.target_every > 1,  # a target updated every step is the online network
         "augment": args.augment,
     }
@@ -575,8 +589,13 @@ def build_memory(args: argparse.Namespace, device: torch.device) -> ReplayMemory
         n_step=args.n_step,
         gamma=args.gamma,
         streams=max(1, args.actors),  # Ape-X: one stream per actor
+        stack_rule=stack_rule(args),
         **options,
     )
+
+
+def stack_rule(args: argparse.Namespace) -> StackRule:
+    return StackRule(zero_fill=args.stack_fill == "zeros", per_life=args.stack_per_life)
 
 
 def exploration(args: argparse.Namespace, step: int) -> float:
@@ -595,6 +614,7 @@ def actor_config(args: argparse.Namespace) -> ActorConfig:
         chunk_steps=args.chunk_steps,
         weights_every=args.weights_every,
         td_errors=args.prioritized,  # initial priorities
+        stack_rule=stack_rule(args),
     )
 
 

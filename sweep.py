@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -461,15 +461,27 @@ def published_scores(games: list[str]) -> tuple[dict[str, dict[str, float]], dic
     return {game: means[game] for game in games if game in means}, matrices
 
 
-def collect(out: Path, left_out: dict[str, str] | None = None) -> dict[str, dict[int, list[tuple[int, float, float]]]]:
-    """Game -> seed -> the run's evaluations (step, mean score, wall seconds), from every finished run folder in
+class Evaluation(NamedTuple):
+    """One rewards.txt line: the step, the mean score, the wall seconds, and the spread of the
+    evaluation's games (nan where not recorded: older three-column files)."""
+
+    step: int
+    mean: float
+    seconds: float
+    std: float
+    low: float
+    high: float
+
+
+def collect(out: Path, left_out: dict[str, str] | None = None) -> dict[str, dict[int, list[Evaluation]]]:
+    """Game -> seed -> the run's evaluations, from every finished run folder in
     ``out``. A run whose rewards.txt does not parse, or whose last evaluation comes before its
     --steps (config.json: still running, stopped or failed), is left out, with the reason in
     ``left_out``: a result is only ever a finished run's."""
     if not out.is_dir():
         raise SweepError(f"{out} is not a folder of a sweep")
     left_out = {} if left_out is None else left_out
-    results: dict[str, dict[int, list[tuple[int, float, float]]]] = {}
+    results: dict[str, dict[int, list[Evaluation]]] = {}
     for folder in sorted(path for path in out.iterdir() if (path / "rewards.txt").exists()):
         game, separator, seed = folder.name.rpartition("-seed")
         if not separator or not seed.isdigit():
@@ -485,7 +497,9 @@ def collect(out: Path, left_out: dict[str, str] | None = None) -> dict[str, dict
             left_out[folder.name] = f"unfinished: evaluated at step {max(last, 0):,} of its --steps {steps:,}"
             continue
         results.setdefault(game, {})[int(seed)] = [
-            (int(values[0]), float(values[1]), float(values[6]) if len(values) == 7 else math.nan)  # 3-column files
+            Evaluation(int(values[0]), values[1], values[6], *values[2:5])
+            if len(values) == 7
+            else Evaluation(int(values[0]), values[1], *[math.nan] * 4)  # 3-column files
             for _, values in rows
         ]
     return results
@@ -515,14 +529,17 @@ def summarize(out: Path, samples: int = BOOTSTRAP_SAMPLES) -> dict[str, Any]:
     published_means, published_runs = published_scores(sorted(results)) if atari100k else ({}, {})
     games: dict[str, Any] = {}
     for game, seeds in sorted(results.items()):
-        last = {seed: evaluations[-1][1] for seed, evaluations in sorted(seeds.items())}
-        steps = {seed: evaluations[-1][0] for seed, evaluations in sorted(seeds.items())}
-        seconds = {seed: evaluations[-1][2] for seed, evaluations in sorted(seeds.items())}
+        finals = {seed: evaluations[-1] for seed, evaluations in sorted(seeds.items())}
+        last = {seed: final.mean for seed, final in finals.items()}
         scores = np.array(list(last.values()))
         games[game] = {
             "last_score": last,
-            "last_step": steps,
-            "wall_seconds": seconds,  # nan: not recorded (older rewards.txt)
+            "last_step": {seed: final.step for seed, final in finals.items()},
+            "wall_seconds": {seed: final.seconds for seed, final in finals.items()},  # nan: not recorded
+            # The spread over the last evaluation's games: near-identical games show as a tiny one.
+            "games_spread": {
+                seed: {"std": final.std, "min": final.low, "max": final.high} for seed, final in finals.items()
+            },
             "mean": float(scores.mean()),
             "std": float(scores.std(ddof=1)) if scores.size > 1 else None,  # one run has no spread to show
         }
@@ -592,24 +609,29 @@ def preset_of(run: Path) -> str | None:
 
 def markdown(summary: dict[str, Any]) -> str:
     published = sorted({name for entry in summary["games"].values() for name in entry.get("published", {})})
-    header = "| game | seed | last evaluation | at step | wall time | human-normalised |" + "".join(
-        f" {name} |" for name in published
-    )
-    lines = [header, "|---" * (6 + len(published)) + "|"]
+    header = "| game | seed | last evaluation | its games: std (min to max) | at step | wall time | human-normalised |"
+    header += "".join(f" {name} |" for name in published)
+    lines = [header, "|---" * (7 + len(published)) + "|"]
     for game, entry in summary["games"].items():
         for seed, score in entry["last_score"].items():
             normalised = entry.get("human_normalised", {}).get(seed)
             shown = f"{normalised:.3f}" if normalised is not None else "—"
             seconds = entry["wall_seconds"][seed]
             wall = "—" if math.isnan(seconds) else f"{seconds / 60:.0f} min"
+            spread = entry["games_spread"][seed]
+            games = (
+                "—"
+                if math.isnan(spread["std"])
+                else f"{spread['std']:.1f} ({spread['min']:.0f} to {spread['max']:.0f})"
+            )
             lines.append(
-                f"| {game} | {seed} | {score:.1f} | {entry['last_step'][seed]:,} | {wall} | {shown} |"
+                f"| {game} | {seed} | {score:.1f} | {games} | {entry['last_step'][seed]:,} | {wall} | {shown} |"
                 + " |" * len(published)
             )
         means = "".join(f" {entry.get('published', {}).get(name, math.nan):.1f} |" for name in published)
         mean, std = entry["mean"], entry["std"]
         label, shown = ("one seed so far", f"{mean:.1f}") if std is None else ("mean ± std", f"{mean:.1f} ± {std:.1f}")
-        lines.append(f"| **{game}** | {label} | **{shown}** | | | |{means}")
+        lines.append(f"| **{game}** | {label} | **{shown}** | | | | |{means}")
     if "aggregates" in summary:
         percent = round(100 * summary["confidence"])
         games = summary["aggregate_games"]

@@ -43,7 +43,7 @@ from tqdm import tqdm
 from utils_drl import Agent
 from utils_env import STACK_DEPTH, AtariEnv, Player
 from utils_memory import ReplayMemory
-from utils_types import GameResult
+from utils_types import NATURE_STACKS, GameResult, StackRule
 
 PIPELINE = 2  # calls in flight per actor: one playing, one queued behind it
 RETRY_SECONDS = 2.0  # first wait before calling a failed actor again; the n-th failure waits n times this,
@@ -80,6 +80,7 @@ class ActorConfig:
     chunk_steps: int
     weights_every: int
     td_errors: bool  # compute each transition's TD error (for prioritized replay)
+    stack_rule: StackRule = NATURE_STACKS  # how the learner's memory builds stacks (main.stack_rule)
 
 
 @dataclass
@@ -141,7 +142,9 @@ class Actor:
         self.agent = Agent(env.n_actions, "cpu", seed=seed, **config.agent)
         # The steps not sent yet and the 3 before them, whose frames their stacks need.
         capacity = config.chunk_steps + config.n_step + STACK_DEPTH + 1
-        self.recent = ReplayMemory(capacity, STACK_DEPTH, n_step=config.n_step, gamma=config.gamma, seed=seed)
+        self.recent = ReplayMemory(
+            capacity, STACK_DEPTH, n_step=config.n_step, gamma=config.gamma, seed=seed, stack_rule=config.stack_rule
+        )
         self.player = Player(env, self.recent)
         self.played = 0
         self.sent = 0

@@ -20,8 +20,9 @@ from typing import Any, NoReturn
 import numba
 import torch
 
-from utils_drl import CheckpointError, load_checkpoint
-from utils_env import FRAME_SIZE, FRAME_SKIP, STACK_DEPTH, game_name, resolve_env_id
+from utils_drl import AUGMENTATIONS, CheckpointError, load_checkpoint
+from utils_env import FRAME_SIZE, FRAME_SKIP, NOOP_UNITS, STACK_DEPTH, game_name, resolve_env_id
+from utils_model import NETWORKS
 from utils_run import MEMORY_FILE, REWARDS_FILE, load_newest_checkpoint
 
 # Options that may differ when a run is resumed; all others must match the saved run.
@@ -100,8 +101,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "noop_max": 0,
     },
     # Atari 100k (Kaiser et al. 2020): 100k agent steps, no sticky actions. The recipe is DrQ(eps)
-    # (Agarwal et al. 2021) as Dopamine's dopamine/labs/atari_100k/configs/DrQ_eps.gin sets it, with
-    # Dopamine's Atari preprocessing (no no-op starts, no FIRE press, a lost life terminal for learning).
+    # (Agarwal et al. 2021) as Dopamine runs it: the values of dopamine/labs/atari_100k/configs/
+    # DrQ_eps.gin, and the defaults of the code it names (atari_100k_runner.py, atari_100k_rainbow_agent.py,
+    # dopamine/jax/networks.py, dopamine/discrete_domains/atari_lib.py). The README's table cites each.
     "atari100k": {
         "steps": 100_000,
         "memory_size": 100_000,  # every step (Dopamine: 1M, "a proxy for unbounded memory")
@@ -121,15 +123,21 @@ PRESETS: dict[str, dict[str, Any]] = {
         "eps_decay_start": 1_600,  # Dopamine holds epsilon at 1 until learning starts
         "double": True,
         "dueling": True,
+        "network": "dopamine",
         "prioritized": False,
-        "augment": "shift",
+        "augment": "dopamine",
         "sticky_actions": 0.0,
-        "noop_max": 0,
+        "noop_max": 30,  # 0 to 29 no-op agent steps at each game's start, training and evaluation
+        "noop_unit": "steps",
         "fire_reset": False,
+        "life_loss_terminal": True,
+        "stack_fill": "zeros",
+        "stack_per_life": True,
         "max_episode_frames": 108_000,  # 27,000 agent steps
         "eval_every": 100_000,  # one evaluation after training (and the untrained one, line 0)
         "eval_episodes": 100,
         "eval_epsilon": 0.001,
+        "save_memory": True,  # so that an interrupted run resumes as the same experiment (0.7 GB at 100k)
     },
 }
 
@@ -189,7 +197,19 @@ def build_parser() -> argparse.ArgumentParser:
     # Preprocessing (Machado et al. 2018 protocol: --sticky-actions 0.25).
     add("--sticky-actions", type=float, default=0.0, help="probability of repeating the previous action")
     add("--max-episode-frames", type=int, default=108_000, help="cut episodes after this many frames")
-    add("--noop-max", type=int, default=30, help="each game starts with 1 to this many no-op frames (0: none)")
+    add(
+        "--noop-max",
+        type=int,
+        default=30,
+        help="no-op starts (0: none): each game starts with 1 to this many no-op frames, or 0 to this many less one "
+        "agent steps with --noop-unit steps",
+    )
+    add(
+        "--noop-unit",
+        choices=NOOP_UNITS,
+        default="frames",
+        help="what --noop-max counts: emulator frames (Mnih et al. 2015) or agent steps (Dopamine's Atari 100k runner)",
+    )
     add(
         "--fire-reset",
         action=argparse.BooleanOptionalAction,
@@ -203,6 +223,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="a lost life ends the n-step window and the bootstrap, as a game's end does (the game goes on)",
     )
     add("--full-action-space", action="store_true", help="all 18 joystick actions, not only the game's own")
+    add(
+        "--stack-fill",
+        choices=("repeat", "zeros"),
+        default="repeat",
+        help="what fills a new frame stack before its first frame: copies of it, or zeros (Dopamine)",
+    )
+    add(
+        "--stack-per-life",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="a lost life starts a new frame stack (Dopamine, with --life-loss-terminal), not only a new game",
+    )
     # Replay and learning: Mnih et al. 2015 defaults, with Adam (as CleanRL) in place of RMSProp.
     add("--memory-size", type=int, default=1_000_000, help="replay memory capacity, in agent steps")
     add("--batch-size", type=int, default=32, help="transitions per gradient step")
@@ -227,10 +259,18 @@ def build_parser() -> argparse.ArgumentParser:
     add("--double", action="store_true", help="Double DQN targets (van Hasselt et al. 2016)")
     add("--dueling", action="store_true", help="dueling network head (Wang et al. 2016)")
     add(
+        "--network",
+        choices=tuple(NETWORKS),
+        default="nature",
+        help="nature: the paper's network; dopamine: Dopamine's Atari 100k one (SAME padding, one hidden layer "
+        "shared by the dueling outputs, Glorot-uniform weights)",
+    )
+    add(
         "--augment",
-        choices=("none", "shift"),
+        choices=tuple(AUGMENTATIONS),
         default="none",
-        help="shift: learn on frames shifted by up to 4 pixels, a new shift per sample (DrQ, Kostrikov et al. 2020)",
+        help="shift: learn on frames shifted by -4..4 pixels, a new shift per sample (DrQ, Kostrikov et al. 2020); "
+        "dopamine: shifts of -4..3 and a random intensity per sample, as Dopamine's DrQ(eps)",
     )
     # Prioritized replay (Schaul et al. 2016, proportional variant).
     add("--prioritized", action="store_true", help="proportional prioritized experience replay")
@@ -380,6 +420,8 @@ def check_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
             f"--max-episode-frames must be a multiple of {FRAME_SKIP} (the frame skip) and at least "
             f"{MIN_EPISODE_FRAMES}, so that a game has steps to learn from; got {frames}"
         )
+    if args.stack_per_life and not args.life_loss_terminal:
+        parser.error("--stack-per-life needs --life-loss-terminal: a new stack starts where learning sees a terminal")
     if args.memory_size <= STACK_DEPTH + args.n_step:
         parser.error(
             f"--memory-size must exceed {STACK_DEPTH + args.n_step} (4 frames and --n-step), got {args.memory_size}"

@@ -8,13 +8,13 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from utils_model import NatureCNN
+from utils_model import QNetwork
 from utils_types import Batch, LearnResult
 
 CHECKPOINT_FORMAT = 1
@@ -28,7 +28,7 @@ def linear_schedule(step: int, start: float, end: float, duration: int) -> float
 
 
 class Agent:
-    """Online and target Nature CNNs with an Adam optimizer.
+    """Online and target Q-networks (``utils_model.QNetwork``) with an Adam optimizer.
 
     ``learn`` takes per-sample importance weights and returns per-sample TD errors, so
     uniform and prioritized replay both plug in without changing it.
@@ -45,6 +45,7 @@ class Agent:
         grad_clip: float = 10.0,
         double: bool = False,
         dueling: bool = False,
+        network: str = "nature",
         separate_target: bool = True,
         augment: str = "none",
         stack_depth: int = 4,
@@ -59,16 +60,17 @@ class Agent:
         torch.manual_seed(seed)
         # Channels-last weights make the convolutions about 20% faster on a CPU (oneDNN kernels).
         layout = {"device": self.device, "memory_format": torch.channels_last}
-        self.online = NatureCNN(n_actions, stack_depth, frame_size, dueling).to(**layout)
+        self.online = QNetwork(n_actions, stack_depth, frame_size, dueling, network).to(**layout)
         # Without a separate target network (a target update every step, as in the Atari 100k
         # recipes) the target is the online network itself: nothing to copy, one forward pass less.
         self.target = self.online
         if separate_target:
-            self.target = NatureCNN(n_actions, stack_depth, frame_size, dueling).to(**layout)
+            self.target = QNetwork(n_actions, stack_depth, frame_size, dueling, network).to(**layout)
             self.target.requires_grad_(False)
             self.sync_target()
-        # Random shifts draw from their own generator, so that a resumed run draws the same ones.
-        self.shift_rng = torch.Generator().manual_seed(seed) if augment == "shift" else None
+        # The augmentation draws from its own generator, so that a resumed run draws the same values.
+        self.augmentation = AUGMENTATIONS[augment]
+        self.augment_rng = torch.Generator().manual_seed(seed) if self.augmentation else None
         # The fused kernel updates all parameters in one pass: a quarter off a CPU learning step.
         fused = True if self.device.type in ("cpu", "cuda") else None
         self.optimizer = torch.optim.Adam(self.online.parameters(), lr=lr, eps=adam_eps, fused=fused)
@@ -102,12 +104,12 @@ class Agent:
             return (self.td_targets(batch) - self._taken_q(batch)).abs().cpu().numpy()
 
     def learn(self, batch: Batch) -> LearnResult:
-        """One gradient step on the importance-weighted TD loss (on randomly shifted frames with
-        ``augment="shift"``: the states and the next states each get their own shifts)."""
-        if self.shift_rng is not None:
+        """One gradient step on the importance-weighted TD loss (on augmented frames with an
+        ``augment`` other than none: the states, then the next states, each get their own draws)."""
+        if self.augmentation is not None:
             batch = batch._replace(
-                states=random_shift(batch.states, SHIFT_PIXELS, self.shift_rng),
-                next_states=random_shift(batch.next_states, SHIFT_PIXELS, self.shift_rng),
+                states=self.augmentation.apply(batch.states, self.augment_rng),
+                next_states=self.augmentation.apply(batch.next_states, self.augment_rng),
             )
         q = self._taken_q(batch)
         targets = self.td_targets(batch)
@@ -137,8 +139,8 @@ class Agent:
             "optimizer": self.optimizer.state_dict(),
             "rng": self.rng.bit_generator.state,
         }
-        if self.shift_rng is not None:
-            state["shift_rng"] = self.shift_rng.get_state()
+        if self.augment_rng is not None:
+            state["shift_rng"] = self.augment_rng.get_state()  # the key of checkpoints from before intensity
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -146,25 +148,51 @@ class Agent:
         self.target.load_state_dict(state["target"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.rng.bit_generator.state = state["rng"]
-        if self.shift_rng is not None:
-            self.shift_rng.set_state(state["shift_rng"])
+        if self.augment_rng is not None:
+            self.augment_rng.set_state(state["shift_rng"])
 
 
-SHIFT_PIXELS = 4  # DrQ's padding: shifts of up to 4 pixels each way on 84x84 frames
-
-
-def random_shift(frames: torch.Tensor, pixels: int, generator: torch.Generator) -> torch.Tensor:
-    """DrQ's augmentation (Kostrikov et al. 2020): each sample of a (B, C, H, W) batch padded by
-    ``pixels`` with copies of its edge pixels and cropped back to (H, W) at a random offset, i.e.
-    shifted by -pixels..pixels in each direction, every channel alike. One gather on the batch:
-    a shifted pixel reads its source pixel, with the source clamped to the frame."""
+def random_shift(frames: torch.Tensor, shifts: tuple[int, int], generator: torch.Generator) -> torch.Tensor:
+    """DrQ's random shift (Kostrikov et al. 2020): each sample of a (B, C, H, W) batch padded with
+    copies of its edge pixels and cropped back to (H, W) at a random offset, i.e. shifted by
+    ``shifts[0]..shifts[1]`` pixels (both included) in each direction, every channel alike. One
+    gather on the batch: a shifted pixel reads its source pixel, with the source clamped to the frame."""
     batch, channels, height, width = frames.shape
-    shifts = torch.randint(-pixels, pixels + 1, (batch, 2), generator=generator).to(frames.device)
-    rows = (torch.arange(height, device=frames.device) + shifts[:, :1]).clamp_(0, height - 1)  # (B, H)
-    columns = (torch.arange(width, device=frames.device) + shifts[:, 1:]).clamp_(0, width - 1)  # (B, W)
+    offsets = torch.randint(shifts[0], shifts[1] + 1, (batch, 2), generator=generator).to(frames.device)
+    rows = (torch.arange(height, device=frames.device) + offsets[:, :1]).clamp_(0, height - 1)  # (B, H)
+    columns = (torch.arange(width, device=frames.device) + offsets[:, 1:]).clamp_(0, width - 1)  # (B, W)
     sources = (rows[:, :, None] * width + columns[:, None, :]).view(batch, 1, height * width)
     flat = frames.reshape(batch, channels, height * width)
     return flat.gather(2, sources.expand(batch, channels, height * width)).view(batch, channels, height, width)
+
+
+def random_intensity(frames: torch.Tensor, scale: float, generator: torch.Generator) -> torch.Tensor:
+    """SPR's intensity augmentation (Schwarzer et al. 2021), as DrQ(eps) in Dopamine has it: each
+    sample multiplied by 1 + scale * clip(N(0, 1), -2, 2). Float frames on the 0-255 scale out."""
+    noise = torch.randn(frames.shape[0], generator=generator).clamp_(-2.0, 2.0).to(frames.device)
+    return frames * (1.0 + scale * noise).view(-1, 1, 1, 1)
+
+
+class Augmentation(NamedTuple):
+    """What ``--augment`` does to each sampled frame stack before a learning step."""
+
+    shifts: tuple[int, int]  # the least and the most pixels of the random shift
+    intensity: float  # the scale of the random intensity (0: none)
+
+    def apply(self, frames: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        shifted = random_shift(frames, self.shifts, generator)
+        return random_intensity(shifted, self.intensity, generator) if self.intensity else shifted
+
+
+AUGMENTATIONS: dict[str, Augmentation | None] = {
+    "none": None,
+    # DrQ's paper: 4 pixels of padding, crops at any of the 9 offsets per direction.
+    "shift": Augmentation(shifts=(-4, 4), intensity=0.0),
+    # Dopamine's drq_image_augmentation (dopamine/labs/atari_100k/atari_100k_rainbow_agent.py): 4
+    # pixels of edge padding, crops at offsets 0..7 (jax.random.randint's bound is exclusive), so
+    # shifts of -4..+3, then the intensity factor with scale 0.05.
+    "dopamine": Augmentation(shifts=(-4, 3), intensity=0.05),
+}
 
 
 class CheckpointError(Exception):

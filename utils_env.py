@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from utils_types import EvalResult, GameResult, StepResult
+from utils_types import NATURE_STACKS, EvalResult, GameResult, StackRule, StepResult
 
 if TYPE_CHECKING:
     from utils_memory import ReplayMemory
@@ -38,6 +38,7 @@ gym.register_envs(ale_py)
 FRAME_SIZE = 84
 STACK_DEPTH = 4
 FRAME_SKIP = 4
+NOOP_UNITS = ("frames", "steps")  # what --noop-max counts: emulator frames, or agent steps of FRAME_SKIP frames
 
 
 def _ale_ids() -> list[str]:
@@ -91,6 +92,7 @@ class AtariEnv:
         sticky_actions: float = 0.0,
         max_episode_frames: int = 108_000,
         noop_max: int = 30,
+        noop_unit: str = "frames",
         fire_reset: bool = True,
         life_loss_terminal: bool = True,
         full_action_space: bool = False,
@@ -114,7 +116,9 @@ class AtariEnv:
             else None
         )
         self.max_episode_frames = max_episode_frames
-        self.noop_max = noop_max
+        if noop_unit not in NOOP_UNITS:
+            raise ValueError(f"noop_unit must be one of {', '.join(NOOP_UNITS)}, got {noop_unit!r}")
+        self.noop_max, self.noop_unit = noop_max, noop_unit
         self.life_loss_terminal = life_loss_terminal
         self._rng = np.random.default_rng(seed)
         self._screens = np.zeros((2, *self._ale.getScreenDims()), dtype=np.uint8)
@@ -127,17 +131,29 @@ class AtariEnv:
         ale = self._ale
         ale.reset_game()
         noop = self._actions[0]
-        for _ in range(int(self._rng.integers(1, self.noop_max + 1)) if self.noop_max else 0):
-            ale.act(noop)
-            if ale.game_over(with_truncation=False):
-                ale.reset_game()
+        if self.noop_unit == "frames":  # 1 to noop_max emulator frames (Mnih et al. 2015, OpenAI baselines)
+            for _ in range(int(self._rng.integers(1, self.noop_max + 1)) if self.noop_max else 0):
+                ale.act(noop)
+                if ale.game_over(with_truncation=False):
+                    ale.reset_game()
+            self._grab_screen()
+        else:  # 0 to noop_max - 1 agent steps through the frame skip and the max, as Dopamine's runner
+            self._grab_screen()  # (atari_100k_runner.py), which starts the game again at a terminal one
+            for _ in range(int(self._rng.integers(0, self.noop_max)) if self.noop_max else 0):
+                lives = ale.lives()
+                self._repeat(noop)
+                if ale.game_over(with_truncation=False) or (self.life_loss_terminal and ale.lives() < lives):
+                    ale.reset_game()
+                    self._grab_screen()
         self._lives = ale.lives()
         if self._fire is not None:
             self._repeat(self._fire)
-        else:
-            ale.getScreenGrayscale(self._screens[0])
-            self._screens[1] = self._screens[0]
         return self._frame()
+
+    def _grab_screen(self) -> None:
+        """The current screen as both of the last two, as after a reset."""
+        self._ale.getScreenGrayscale(self._screens[0])
+        self._screens[1] = self._screens[0]
 
     def step(self, action: int) -> StepResult:
         reward = self._repeat(self._actions[action])
@@ -199,21 +215,33 @@ class AtariEnv:
 class FrameStack:
     """The agent's input: the last ``depth`` frames, oldest first.
 
-    A new episode starts with its first frame repeated, which is exactly how the replay
-    memory rebuilds stacks that would reach back past an episode start.
+    A stack starts at a game's first frame (with ``rule.per_life``, also at the first frame after
+    a lost life that is terminal for learning), repeated over the whole stack or, with
+    ``rule.zero_fill``, after zeros: exactly how the replay memory rebuilds stacks under the same rule.
     """
 
-    def __init__(self, depth: int = STACK_DEPTH, frame_shape: tuple[int, int] = (FRAME_SIZE,) * 2):
+    def __init__(
+        self,
+        depth: int = STACK_DEPTH,
+        frame_shape: tuple[int, int] = (FRAME_SIZE,) * 2,
+        rule: StackRule = NATURE_STACKS,
+    ) -> None:
         self.frames = np.zeros((depth, *frame_shape), dtype=np.uint8)
+        self.rule = rule
 
     def reset(self, frame: np.ndarray) -> np.ndarray:
-        self.frames[:] = frame
+        self.frames[:] = 0 if self.rule.zero_fill else frame
+        self.frames[-1] = frame
         return self.frames
 
     def push(self, frame: np.ndarray) -> np.ndarray:
         self.frames[:-1] = self.frames[1:]
         self.frames[-1] = frame
         return self.frames
+
+    def advance(self, result: StepResult) -> np.ndarray:
+        """The state after a step that did not end the game."""
+        return self.reset(result.frame) if self.rule.per_life and result.life_lost else self.push(result.frame)
 
 
 class AtariGymEnv(gym.Env):
@@ -225,14 +253,21 @@ class AtariGymEnv(gym.Env):
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": 60 // FRAME_SKIP}
 
-    def __init__(self, game: str = "Breakout", seed: int = 0, render_mode: str | None = None, **options: Any) -> None:
+    def __init__(
+        self,
+        game: str = "Breakout",
+        seed: int = 0,
+        render_mode: str | None = None,
+        stack_rule: StackRule = NATURE_STACKS,
+        **options: Any,
+    ) -> None:
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode {render_mode!r}: only 'rgb_array' (or None)")
         self.env_id, self.options, self.render_mode = resolve_env_id(game), options, render_mode
         self.game = AtariEnv(self.env_id, seed, **options)
         self.observation_space = gym.spaces.Box(0, 255, (STACK_DEPTH, FRAME_SIZE, FRAME_SIZE), np.uint8)
         self.action_space = gym.spaces.Discrete(self.game.n_actions)
-        self._stack = FrameStack()
+        self._stack = FrameStack(rule=stack_rule)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
         super().reset(seed=seed)
@@ -243,7 +278,7 @@ class AtariGymEnv(gym.Env):
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
         result = self.game.step(int(action))
-        observation = self._stack.push(result.frame).copy()
+        observation = self._stack.advance(result).copy()
         info = {"lives": self.game.lives, "life_lost": result.life_lost}
         return observation, result.reward, result.terminated, result.truncated, info
 
@@ -257,7 +292,7 @@ class Player:
     def __init__(self, env: AtariEnv, memory: ReplayMemory) -> None:  # any game with reset() and step()
         self.env = env
         self.memory = memory
-        self.stack = FrameStack(memory.stack_depth, memory.frame_shape)
+        self.stack = FrameStack(memory.stack_depth, memory.frame_shape, memory.stack_rule)
         self.new_game()
 
     def new_game(self) -> None:
@@ -278,7 +313,7 @@ class Player:
             finished = GameResult(self.episode_return, self.episode_length)
             self.new_game()
             return finished
-        self.state = self.stack.push(result.frame)
+        self.state = self.stack.advance(result)
         return None
 
     def state_dict(self) -> dict[str, Any]:
@@ -309,6 +344,7 @@ def evaluate(
     epsilon: float,
     frame_dir: Path | None = None,
     stopped: Callable[[], bool] = lambda: False,
+    stack_rule: StackRule = NATURE_STACKS,
 ) -> EvalResult:
     """Play whole games with ``act(state, epsilon)`` and return their raw scores.
 
@@ -318,7 +354,7 @@ def evaluate(
     games can take many minutes, and a partial mean must never pass for a score).
     """
     start = time.perf_counter()
-    stack = FrameStack()
+    stack = FrameStack(rule=stack_rule)
     scores: list[float] = []
     steps = 0
     partial = frame_dir.with_name(frame_dir.name + ".partial") if frame_dir else None
@@ -338,7 +374,7 @@ def evaluate(
                     shutil.rmtree(partial, ignore_errors=True)
                 raise EvaluationStopped
             result = env.step(act(state, epsilon))
-            state = stack.push(result.frame)
+            state = stack.advance(result)
             score += result.reward
             steps += 1
             done = result.terminated or result.truncated

@@ -14,7 +14,9 @@ frames t+n-3..t+n. Nothing beyond the one frame per step is stored: windows are 
 consecutive slots at sample time. n = 1 is Nature DQN's transition.
 
 A stack never mixes two games: walking back from ``t``, it stops at the first frame of
-the game and repeats it, exactly as ``utils_env.FrameStack`` starts a game. A slot is
+the game and repeats it, exactly as ``utils_env.FrameStack`` starts a game. Under a
+``StackRule`` with ``per_life`` it also stops at the first frame after a terminal step (a
+lost life), and with ``zero_fill`` the frames before the stop are zeros, not repeats. A slot is
 *sampleable* only when its whole transition is in memory and intact:
 
 - it is not the newest slot (its next frame is not written yet), and every step of its
@@ -38,7 +40,7 @@ import numba
 import numpy as np
 import torch
 
-from utils_types import Batch
+from utils_types import NATURE_STACKS, Batch, StackRule
 
 
 class ReplayMemory:
@@ -63,6 +65,7 @@ class ReplayMemory:
         n_step: int = 1,
         gamma: float = 0.99,
         streams: int = 1,
+        stack_rule: StackRule = NATURE_STACKS,
     ) -> None:
         if n_step < 1 or streams < 1:
             raise ValueError(f"n_step ({n_step}) and streams ({streams}) must be 1 or more")
@@ -75,6 +78,7 @@ class ReplayMemory:
         self.capacity = self.stripe * streams
         self.streams = streams
         self.stack_depth = stack_depth
+        self.stack_rule = stack_rule
         self.n_step = n_step
         self.gamma = np.float32(gamma)
         self.device = torch.device(device)
@@ -175,11 +179,14 @@ class ReplayMemory:
         """(B, depth + n) frame slots, oldest first: the state is [:, :depth], the next state
         [:, n:]. Past ``t`` the window runs on through t+1..t+n, the frames of the next state of a
         sampleable window that goes on (no game starts there); after a terminal step they are
-        whatever the slots hold, never used."""
+        whatever the slots hold, never used. Where a stack stops, its earlier columns repeat the
+        slot it stopped at (``_batch`` puts zeros there under ``stack_rule.zero_fill``)."""
         columns = [self._shift(slots, k) for k in range(self.n_step, 0, -1)] + [slots]
         current = slots
         for _ in range(self.stack_depth - 1):
-            current = np.where(self.starts[current], current, self._shift(current, -1))
+            earlier = self._shift(current, -1)
+            stop = self.starts[current] | (self.dones[earlier] if self.stack_rule.per_life else False)
+            current = np.where(stop, current, earlier)
             columns.append(current)
         return np.stack(columns[::-1], axis=1)
 
@@ -279,10 +286,11 @@ class ReplayMemory:
         frame_bytes = math.prod(frames_shape)
         scalars_at = -(-frame_bytes // 4) * 4  # float32 alignment
         buffer = np.empty(scalars_at + 4 * 4 * n, dtype=np.uint8)
-        # mode="clip" (the slots are valid anyway) spares numpy an extra buffered copy into out.
-        np.take(
-            self.frames, self.stack_slots(slots), axis=0, out=buffer[:frame_bytes].reshape(frames_shape), mode="clip"
-        )
+        stacks, frames_out = self.stack_slots(slots), buffer[:frame_bytes].reshape(frames_shape)
+        np.take(self.frames, stacks, axis=0, out=frames_out, mode="clip")  # "clip": no extra buffered copy
+        if self.stack_rule.zero_fill:  # a column that repeats the next one lies before the stack's start
+            depth = self.stack_depth
+            frames_out[:, : depth - 1][stacks[:, : depth - 1] == stacks[:, 1:depth]] = 0
         scalars = buffer[scalars_at:].view(np.float32).reshape(4, n)
         scalars[:] = [self.actions[slots], returns, discounts, weights]
         on_device = torch.from_numpy(buffer).to(self.device)

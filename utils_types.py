@@ -51,3 +51,13 @@ class EvalResult(NamedTuple):
     scores: list[float]
     steps: int  # agent steps played over all episodes
     seconds: float
+
+
+class StackRule(NamedTuple):
+    """Where a frame stack starts, and what fills it before its first frame."""
+
+    zero_fill: bool = False  # zeros before the first frame (Dopamine), not copies of it (Nature)
+    per_life: bool = False  # a lost life that is terminal for learning starts a new stack (Dopamine)
+
+
+NATURE_STACKS = StackRule()  # the default: a game's first frame repeated, one stack across its lives

@@ -8,8 +8,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from utils_drl import Agent, CheckpointError, linear_schedule, load_checkpoint, random_shift, save_checkpoint
-from utils_model import NatureCNN
+from utils_drl import (
+    AUGMENTATIONS,
+    Agent,
+    CheckpointError,
+    linear_schedule,
+    load_checkpoint,
+    random_shift,
+    save_checkpoint,
+)
+from utils_model import QNetwork
 from utils_types import Batch
 
 
@@ -23,13 +31,43 @@ def test_linear_schedule_nature_epsilon():
 
 
 def test_nature_cnn_shape_and_size():
-    model = NatureCNN(4)
+    model = QNetwork(4)
     out = model(torch.zeros(2, 4, 84, 84, dtype=torch.uint8))
     assert out.shape == (2, 4)
     # conv 8224 + 32832 + 36928, fc 3136*512+512, head 512*4+4 (Mnih et al. 2015)
     assert sum(p.numel() for p in model.parameters()) == 1_686_180
-    dueling = NatureCNN(6, dueling=True)
+    dueling = QNetwork(6, dueling=True)
     assert dueling(torch.zeros(3, 4, 84, 84, dtype=torch.uint8)).shape == (3, 6)
+    # Two 512-unit streams: the value's adds 3136*512+512 + 513 (Wang et al. 2016)
+    assert sum(p.numel() for p in dueling.parameters()) == 1_686_180 + 2 * 513 + 1_606_144 + 513
+
+
+def test_dopamine_network_is_same_padded_shared_and_glorot_initialised():
+    """--network dopamine, as Dopamine's FullRainbowNetwork: flax's SAME padding (TensorFlow's: the
+    odd pixel after) gives 21x21, 11x11, 11x11 outputs and 7,744 features; one 512-unit layer feeds
+    the value and the advantages; Glorot-uniform weights, zero biases."""
+    torch.manual_seed(0)
+    network = QNetwork(6, dueling=True, network="dopamine")
+    frames = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
+    # The convolutions against explicitly padded ones: pads (2, 2), (1, 2) and (1, 1) per side.
+    x = frames / 255.0
+    convolutions = [m for m in network.features if isinstance(m, nn.Conv2d)]
+    for conv, (before, after), size in zip(convolutions, [(2, 2), (1, 2), (1, 1)], [21, 11, 11], strict=True):
+        x = F.relu(F.conv2d(F.pad(x, (before, after, before, after)), conv.weight, conv.bias, conv.stride))
+        assert x.shape[-2:] == (size, size)
+    assert torch.allclose(network.features(frames / 255.0), x.flatten(1), atol=1e-5)
+    hidden = F.relu(network.hidden[0](x.flatten(1)))
+    value, advantages = network.value(hidden), network.head(hidden)
+    assert torch.allclose(network(frames), value + advantages - advantages.mean(1, keepdim=True), atol=1e-5)
+    # conv 8224 + 32832 + 36928, fc 7744*512+512, advantages 512*6+6, value 513
+    assert sum(p.numel() for p in network.parameters()) == 77_984 + 3_965_440 + 3_078 + 513
+    for module in (*convolutions, network.hidden[0], network.head, network.value):
+        fan_in, fan_out = module.weight[0].numel(), module.weight[:, 0].numel()
+        bound = math.sqrt(6 / (fan_in + fan_out))
+        assert module.weight.abs().max() <= bound and module.weight.abs().max() > 0.95 * bound
+        assert module.weight.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.05)
+        assert not module.bias.any()
+    assert QNetwork(6, network="dopamine")(frames).shape == (2, 6)
 
 
 class PixelQ(nn.Module):
@@ -115,7 +153,7 @@ def edge_filled_crop(frames: torch.Tensor, pixels: int, shifts: torch.Tensor) ->
 
 def test_random_shift_is_an_edge_filled_shift_per_sample():
     frames = torch.randint(0, 256, (64, 4, 12, 10), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
-    shifted = random_shift(frames, 3, torch.Generator().manual_seed(7))
+    shifted = random_shift(frames, (-3, 3), torch.Generator().manual_seed(7))
     assert shifted.shape == frames.shape and shifted.dtype == torch.uint8
     shifts = torch.randint(-3, 4, (64, 2), generator=torch.Generator().manual_seed(7))  # the draws it made
     assert torch.equal(shifted, edge_filled_crop(frames, 3, shifts))
@@ -129,7 +167,8 @@ def test_random_shift_is_an_edge_filled_shift_per_sample():
     wide = torch.randint(0, 256, (8, 5, 12, 10), dtype=torch.uint8)
     generator = torch.Generator().manual_seed(1)
     assert torch.equal(
-        random_shift(wide[:, 1:], 2, generator), random_shift(wide[:, 1:].contiguous(), 2, generator.manual_seed(1))
+        random_shift(wide[:, 1:], (-2, 2), generator),
+        random_shift(wide[:, 1:].contiguous(), (-2, 2), generator.manual_seed(1)),
     )
 
 
@@ -141,13 +180,43 @@ def test_learning_with_shifts_is_learning_on_shifted_states_and_next_states():
     plain = Agent(4, seed=5, lr=1e-3)
     generator = torch.Generator().manual_seed(5)
     shifted = batch._replace(
-        states=random_shift(batch.states, 4, generator), next_states=random_shift(batch.next_states, 4, generator)
+        states=random_shift(batch.states, (-4, 4), generator),
+        next_states=random_shift(batch.next_states, (-4, 4), generator),
     )
     assert not torch.equal(shifted.states, batch.states)
     assert shifting.learn(batch).loss == plain.learn(shifted).loss
     for a, b in zip(shifting.online.parameters(), plain.online.parameters(), strict=True):
         assert torch.equal(a, b)
     assert shifting.learn(batch).loss != plain.learn(shifted).loss  # new shifts for the next batch
+
+
+def test_dopamines_augmentation_shifts_by_minus_4_to_3_and_scales_each_sample():
+    """--augment dopamine, as Dopamine's drq_image_augmentation: edge padding of 4 and crops at
+    offsets 0..7 (shifts -4..+3, drawn per sample), then each sample times 1 + 0.05 * clip(N(0, 1),
+    -2, 2) (drawn per sample, the same over its frames and pixels)."""
+    augmentation = AUGMENTATIONS["dopamine"]
+    assert augmentation.shifts == (-4, 3) and augmentation.intensity == 0.05
+    frames = torch.randint(0, 256, (4096, 4, 12, 10), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    augmented = augmentation.apply(frames, torch.Generator().manual_seed(3))
+    # The same draws, in the same order: the shifts, then the intensities.
+    generator = torch.Generator().manual_seed(3)
+    shifts = torch.randint(-4, 4, (4096, 2), generator=generator)
+    factors = 1 + 0.05 * torch.randn(4096, generator=generator).clamp(-2, 2)
+    expected = edge_filled_crop(frames, 4, shifts).float() * factors.view(-1, 1, 1, 1)
+    assert augmented.dtype == torch.float32 and torch.allclose(augmented, expected)
+    assert shifts.min() == -4 and shifts.max() == 3 and len({tuple(s) for s in shifts.tolist()}) == 64
+    # The factors: within [0.9, 1.1], mean 1, a clipped normal's spread (0.05 * 0.9354: the standard
+    # deviation of N(0, 1) clipped to [-2, 2]), and 2.3% of them at each bound.
+    assert factors.min() >= 0.9 and factors.max() <= 1.1
+    assert factors.mean().item() == pytest.approx(1.0, abs=0.003)
+    assert factors.std().item() == pytest.approx(0.05 * 0.9354, rel=0.05)
+    assert (factors == 1.1).float().mean().item() == pytest.approx(0.0228, abs=0.008)
+    # Recovered from the output: each sample's ratio to its shifted frames is one number.
+    shifted = edge_filled_crop(frames, 4, shifts).float()
+    ratios = augmented / shifted.clamp(min=1)
+    nonzero = shifted > 0
+    assert torch.allclose(ratios[nonzero], factors.view(-1, 1, 1, 1).expand_as(ratios)[nonzero], atol=1e-5)
+    assert AUGMENTATIONS["shift"].shifts == (-4, 4) and AUGMENTATIONS["none"] is None
 
 
 def real_batch(n=8, seed=0) -> Batch:

@@ -6,6 +6,7 @@ import pytest
 
 from utils_env import FRAME_SIZE, AtariEnv, Player, evaluate, resolve_env_id
 from utils_memory import ReplayMemory
+from utils_types import NATURE_STACKS, StackRule
 
 
 @pytest.mark.parametrize(
@@ -94,9 +95,13 @@ def test_life_loss_game_over_and_frame_limit():
     assert cut < 100 and not short[cut].terminated
 
 
-def test_training_and_evaluation_see_identical_states():
+@pytest.mark.parametrize(
+    "rule", [NATURE_STACKS, StackRule(zero_fill=True, per_life=True), StackRule(zero_fill=True)], ids=str
+)
+def test_training_and_evaluation_see_identical_states(rule):
     """The states the agent acts on in evaluation, in training, and those the replay
-    memory rebuilds for learning are the same arrays for the same game and actions."""
+    memory rebuilds for learning are the same arrays for the same game and actions, under each
+    stack rule (Nature's, Dopamine's zeros and a new stack per life)."""
     actions = [int(a) for a in np.random.default_rng(3).integers(4, size=400)]
     seen_in_evaluation = []
 
@@ -105,11 +110,11 @@ def test_training_and_evaluation_see_identical_states():
         return actions[len(seen_in_evaluation) - 1]
 
     env_kwargs = {"env_id": "ALE/Breakout-v5", "seed": 5, "max_episode_frames": 1200}
-    result = evaluate(replay_actions, AtariEnv(**env_kwargs), episodes=1, epsilon=0.0)
+    result = evaluate(replay_actions, AtariEnv(**env_kwargs), episodes=1, epsilon=0.0, stack_rule=rule)
     n = result.steps
     assert 50 < n < 400
 
-    memory = ReplayMemory(1000)
+    memory = ReplayMemory(1000, stack_rule=rule)
     player = Player(AtariEnv(**env_kwargs), memory)
     seen_in_training = []
     for action in actions[:n]:
@@ -119,11 +124,18 @@ def test_training_and_evaluation_see_identical_states():
 
     slots = np.arange(n - 1)
     assert memory.sampleable(slots).all() and memory.dones[slots].any()  # lives were lost on the way
-    stacks = memory.frames[memory.stack_slots(slots)]
+    batch = memory.transitions(slots)
     for t in slots:
-        assert np.array_equal(stacks[t, :-1], seen_in_evaluation[t])
+        assert np.array_equal(batch.states[t].numpy(), seen_in_evaluation[t])
         if not memory.dones[t]:
-            assert np.array_equal(stacks[t, 1:], seen_in_evaluation[t + 1])
+            assert np.array_equal(batch.next_states[t].numpy(), seen_in_evaluation[t + 1])
+    # Each stack's start, by hand: the first frame at the top, and below it zeros or its copies.
+    starts = [0] + [t + 1 for t in slots if memory.dones[t]] if rule.per_life else [0]
+    for t in starts:
+        state = seen_in_evaluation[t]
+        below = np.zeros_like(state[:-1]) if rule.zero_fill else np.repeat(state[-1:], 3, axis=0)
+        assert np.array_equal(state[:-1], below)
+    assert len(starts) > 1 or not rule.per_life
 
 
 def test_no_op_starts_and_the_fire_press_can_be_turned_off():
@@ -143,6 +155,36 @@ def test_no_op_starts_and_the_fire_press_can_be_turned_off():
         env.reset()
         starts.add(env._ale.getEpisodeFrameNumber())
     assert len(starts) > 1 and all(1 + 4 <= frames <= 30 + 4 for frames in starts)
+
+
+def test_no_op_starts_in_agent_steps_as_dopamines_runner():
+    """--noop-unit steps (Dopamine's atari_100k_runner.py): 0 to noop_max - 1 no-op agent steps of
+    4 frames each, uniformly drawn, the first frame seen after the max over the last two; the
+    default counts 1 to noop_max emulator frames."""
+    env = AtariEnv("ALE/Pong-v5", seed=0, noop_max=30, noop_unit="steps", fire_reset=False)
+    counts = []
+    for _ in range(600):
+        env.reset()
+        frames = env._ale.getEpisodeFrameNumber()
+        assert frames % 4 == 0
+        counts.append(frames // 4)
+    assert set(counts) == set(range(30))  # 0..29, each about 20 times
+    assert max(np.bincount(counts)) < 45
+    # The frame after k no-op steps is the one those steps show, the max over their last two frames.
+    env = AtariEnv("ALE/Pong-v5", seed=1, noop_max=30, noop_unit="steps", fire_reset=False)
+    first = env.reset()
+    played = AtariEnv("ALE/Pong-v5", seed=1, noop_max=0, fire_reset=False)
+    played.reset()
+    frame = first if not env._ale.getEpisodeFrameNumber() else None
+    for _ in range(env._ale.getEpisodeFrameNumber() // 4):
+        frame = played.step(0).frame
+    assert np.array_equal(first, frame)
+    frames_unit = AtariEnv("ALE/Pong-v5", seed=0, noop_max=30, fire_reset=False)
+    starts = set()
+    for _ in range(200):
+        frames_unit.reset()
+        starts.add(frames_unit._ale.getEpisodeFrameNumber())
+    assert starts == set(range(1, 31))
 
 
 def test_lost_lives_need_not_be_terminal_and_the_full_action_space():

@@ -323,7 +323,7 @@ def test_a_saved_memory_is_used_only_when_it_belongs_to_the_checkpoint(tmp_path,
     memory.write_bytes(memory.read_bytes()[:5000])  # truncated
     assert main.main(["--resume", str(run), "--steps", "260", "--save-memory"]) == 0
     out = capsys.readouterr().out
-    assert f"Note: {memory} is not readable" in out and "refilling the replay memory instead" in out
+    assert f"Note: {memory} is not readable" in out and "refilling it with" in out
 
     stale = torch.load(memory, weights_only=True)
     stale["step"] = 100

@@ -24,6 +24,11 @@ TINY = [
     "--env", "Breakout", "--learning-starts", "100", "--memory-size", "1000", "--eval-episodes", "1",
     "--max-episode-frames", "2000", "--target-every", "50",
 ]  # fmt: skip
+# Dopamine's DrQ(eps) pipeline, --preset atari100k's, less its learning settings.
+DOPAMINE_PIPELINE = [
+    "--network", "dopamine", "--augment", "dopamine", "--noop-unit", "steps", "--stack-fill", "zeros",
+    "--stack-per-life", "--no-fire-reset",
+]  # fmt: skip
 LINE = re.compile(r"^ *(\d+) +(\d+) (-?\d+\.\d) (\d+\.\d) (-?\d+\.\d) (-?\d+\.\d) (\d+) (\d+)$")
 
 
@@ -130,8 +135,12 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes_at_its_step(tmp_path):
 
 @pytest.mark.parametrize(
     "recipe",
-    [[], ["--augment", "shift", "--target-every", "1", "--double", "--dueling", "--n-step", "3", "--train-every", "1"]],
-    ids=["nature", "atari100k-like"],
+    [
+        [],
+        ["--augment", "shift", "--target-every", "1", "--double", "--dueling", "--n-step", "3", "--train-every", "1"],
+        [*DOPAMINE_PIPELINE, "--target-every", "1", "--double", "--dueling", "--n-step", "3", "--train-every", "1"],
+    ],
+    ids=["nature", "atari100k-v1-like", "atari100k-like"],
 )
 def test_resume_with_saved_memory_is_equivalent_to_an_uninterrupted_run(tmp_path, recipe):
     common = [*TINY, *recipe, "--eval-every", "150", "--save-memory", "--seed", "3"]
@@ -198,6 +207,9 @@ def test_resume_refuses_changed_configuration(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main.main(["--resume", str(run), "--steps", "200", "--n-step", "3"])
     assert "--n-step cannot change on resume (the run used 1)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main.main(["--resume", str(run), "--steps", "200", "--network", "dopamine"])
+    assert "--network cannot change on resume (the run used 'nature')" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main.main(["--resume", str(run), "--steps", "100"])
     assert "must exceed the checkpoint's step 120" in capsys.readouterr().err
@@ -267,11 +279,11 @@ def test_a_preset_sets_its_recipe_and_flags_beside_it_override(tmp_path):
     args, _ = utils_config.parse_config(["--preset", "atari100k", "--env", "Pong", "--out", str(tmp_path / "a")])
     recipe = utils_config.PRESETS["atari100k"]
     assert {name: getattr(args, name) for name in recipe} == recipe
-    assert args.n_step == 10 and args.augment == "shift" and args.target_every == 1 and not args.fire_reset
+    assert args.n_step == 10 and args.augment == "dopamine" and args.target_every == 1 and not args.fire_reset
     args, _ = utils_config.parse_config(
         ["--preset", "atari100k", "--n-step", "3", "--fire-reset", "--out", str(tmp_path / "b")]
     )
-    assert args.n_step == 3 and args.fire_reset and args.noop_max == 0 and args.eval_epsilon == 0.001
+    assert args.n_step == 3 and args.fire_reset and args.noop_max == 30 and args.eval_epsilon == 0.001
     args, _ = utils_config.parse_config(["--no-fire-reset", "--noop-max", "0", "--out", str(tmp_path / "c")])
     assert not args.fire_reset and args.noop_max == 0 and args.preset is None and args.n_step == 1
     args, _ = utils_config.parse_config(["--preset", "atari100k", "--env", "Pong"])
@@ -308,7 +320,8 @@ def test_the_named_protocols_set_their_papers_values(tmp_path):
 
 
 def test_the_atari100k_preset_runs_end_to_end_and_resumes(tmp_path):
-    """Augmentation, one update per step, the target network the online one, a final evaluation."""
+    """Dopamine's pipeline, one update per step, the target network the online one, a final
+    evaluation; the memory saved with each checkpoint, so that a resume is exact."""
     run = tmp_path / "run"
     small = ["--learning-starts", "100", "--memory-size", "1000", "--eval-episodes", "1", "--max-episode-frames", "400"]
     done = run_main("--preset", "atari100k", "--env", "Pong", "--steps", "250", *small, "--out", str(run))
@@ -316,12 +329,15 @@ def test_the_atari100k_preset_runs_end_to_end_and_resumes(tmp_path):
     assert [(i, s) for i, s, _ in rewards(run)] == [(0, 0), (1, 250)]  # before training and after it
     checkpoint = load_checkpoint(run / "model_001.pt")
     config = checkpoint["config"]
-    assert config["preset"] == "atari100k" and config["augment"] == "shift" and config["train_every"] == 1
-    assert "shift_rng" in checkpoint["agent"]
+    assert config["preset"] == "atari100k" and config["augment"] == "dopamine" and config["train_every"] == 1
+    assert config["network"] == "dopamine" and (config["noop_max"], config["noop_unit"]) == (30, "steps")
+    assert config["stack_fill"] == "zeros" and config["stack_per_life"] and config["save_memory"]
+    assert "shift_rng" in checkpoint["agent"] and checkpoint["agent"]["online"]["hidden.0.weight"].shape == (512, 7744)
     online, target = checkpoint["agent"]["online"], checkpoint["agent"]["target"]
     assert all(torch.equal(online[key], target[key]) for key in online)  # one network
     resumed = run_main("--resume", str(run), "--steps", "300")
     assert resumed.returncode == 0, resumed.stderr
+    assert "Note:" not in resumed.stdout  # the saved memory: nothing refilled
     assert [(i, s) for i, s, _ in rewards(run)] == [(0, 0), (1, 250), (2, 300)]
 
 

@@ -7,18 +7,21 @@ import pytest
 import torch
 
 from utils_memory import ReplayMemory
+from utils_types import NATURE_STACKS, StackRule
 
 DEPTH = 4
 
 
 def encode(step: int) -> np.ndarray:
-    """A (1, 3) frame whose pixels spell the global step number, so every frame is unique."""
+    """A (1, 3) frame whose pixels spell the global step number plus one, so every frame is unique
+    and none is all zeros (a zero-filled stack's padding decodes as -1)."""
+    step += 1
     return np.array([[step & 255, (step >> 8) & 255, (step >> 16) & 255]], dtype=np.uint8)
 
 
 def decode(frames: np.ndarray) -> np.ndarray:
     frames = frames.astype(np.int64)
-    return frames[..., 0, 0] + (frames[..., 0, 1] << 8) + (frames[..., 0, 2] << 16)
+    return frames[..., 0, 0] + (frames[..., 0, 1] << 8) + (frames[..., 0, 2] << 16) - 1
 
 
 def play_log(n_steps: int, seed: int) -> list[dict]:
@@ -44,18 +47,22 @@ def fill(memory: ReplayMemory, log: list[dict]) -> None:
         memory.push(encode(step), entry["action"], entry["reward"], entry["done"], entry["first"])
 
 
-def reference_state(log: list[dict], step: int) -> list[int]:
-    """The frames (global steps) of the state at ``step``: repeat the game's first frame."""
+def reference_state(log: list[dict], step: int, rule: StackRule = NATURE_STACKS) -> list[int]:
+    """The frames (global steps) of the state at ``step``: back to the game's first frame (or, with
+    ``rule.per_life``, the first after a terminal step), repeated before it, or zeros (-1)."""
     start = step
-    while not log[start]["first"]:
+    while not log[start]["first"] and not (rule.per_life and log[start - 1]["done"]):
         start -= 1
-    return [max(step - k, start) for k in range(DEPTH - 1, -1, -1)]
+    padding = -1 if rule.zero_fill else start
+    return [step - k if step - k >= start else padding for k in range(DEPTH - 1, -1, -1)]
 
 
 GAMMA = 0.9
 
 
-def reference_window(log: list[dict], step: int, capacity: int, n_step: int) -> tuple | None:
+def reference_window(
+    log: list[dict], step: int, capacity: int, n_step: int, rule: StackRule = NATURE_STACKS
+) -> tuple | None:
     """The transition of ``step`` computed from the log: (return, discount, next state's frames or
     None after a terminal step), or None when it may not be sampled."""
     total = len(log)
@@ -65,7 +72,7 @@ def reference_window(log: list[dict], step: int, capacity: int, n_step: int) -> 
     # Once full, the 3 oldest slots are excluded: their stacks may reach overwritten slots.
     if total >= capacity and step - oldest < DEPTH - 1:
         return None
-    if reference_state(log, step)[0] < oldest:
+    if min(frame for frame in reference_state(log, step, rule) if frame >= 0) < oldest:
         return None
     value, discount = 0.0, 1.0
     for k in range(n_step):
@@ -75,7 +82,7 @@ def reference_window(log: list[dict], step: int, capacity: int, n_step: int) -> 
         discount *= GAMMA
         if step + k + 1 >= total or log[step + k + 1]["first"]:  # not written yet, or cut by the frame limit
             return None
-    return value, discount, reference_state(log, step + n_step)
+    return value, discount, reference_state(log, step + n_step, rule)
 
 
 STREAM = 1_000_000  # frames spell stream * STREAM + step
@@ -93,16 +100,18 @@ def fill_streams(memory: ReplayMemory, logs: list[list[dict]], seed: int) -> Non
         pushed[stream] += 1
 
 
+@pytest.mark.parametrize("rule", [NATURE_STACKS, StackRule(zero_fill=True, per_life=True)], ids=["nature", "dopamine"])
 @pytest.mark.parametrize("n_step", [1, 3, 5])
 @pytest.mark.parametrize(
     "capacity,n_steps,streams", [(50, 30, 1), (50, 50, 1), (50, 137, 1), (37, 500, 1), (60, 70, 3), (90, 400, 3)]
 )
-def test_transitions_match_brute_force(capacity, n_steps, streams, n_step):
+def test_transitions_match_brute_force(capacity, n_steps, streams, n_step, rule):
     """Sampleable slots, states, n-step returns, discounts and next states at game boundaries,
     lost lives and frame-limit cuts, before and across the circular wrap, for one stream or
-    several pushed interleaved (each stream's games of different lengths)."""
+    several pushed interleaved (each stream's games of different lengths), under Nature's stacks
+    and Dopamine's (zeros before a stack's first frame, a new stack after each terminal step)."""
     logs = [play_log(n_steps + 17 * stream, seed=capacity + n_steps + stream) for stream in range(streams)]
-    memory = ReplayMemory(capacity, frame_shape=(1, 3), n_step=n_step, gamma=GAMMA, streams=streams)
+    memory = ReplayMemory(capacity, frame_shape=(1, 3), n_step=n_step, gamma=GAMMA, streams=streams, stack_rule=rule)
     fill_streams(memory, logs, seed=n_step)
     stripe = capacity // streams
     slots = np.arange(capacity)
@@ -112,18 +121,25 @@ def test_transitions_match_brute_force(capacity, n_steps, streams, n_step):
         stream, step = divmod(int(stored[slot]), STREAM)
         filled = slot % stripe < len(logs[slot // stripe])
         assert not filled or stream == slot // stripe  # each stream stays in its stripe
-        expected.append(reference_window(logs[stream], step, stripe, n_step) if filled else None)
+        expected.append(reference_window(logs[stream], step, stripe, n_step, rule) if filled else None)
     mask = memory.sampleable(slots)
     assert mask.tolist() == [window is not None for window in expected]
     batch = memory._batch(slots[mask], np.ones(int(mask.sum()), dtype=np.float32))
     for i, slot in enumerate(slots[mask]):
         stream, step = divmod(int(stored[slot]), STREAM)
         value, discount, next_state = expected[slot]
-        assert (decode(batch.states[i].numpy()) - stream * STREAM).tolist() == reference_state(logs[stream], step)
+        assert in_stream(batch.states[i], stream) == reference_state(logs[stream], step, rule)
         assert batch.returns[i].item() == pytest.approx(value, abs=1e-6)
         assert batch.discounts[i].item() == pytest.approx(discount, abs=1e-6)
         if next_state is not None:  # after a terminal step the next state is never used
-            assert (decode(batch.next_states[i].numpy()) - stream * STREAM).tolist() == next_state
+            assert in_stream(batch.next_states[i], stream) == next_state
+    if rule.zero_fill:
+        assert (decode(batch.states.numpy()) == -1).any()  # some stacks were zero-filled
+
+
+def in_stream(stack: torch.Tensor, stream: int) -> list[int]:
+    """A stack's frames as steps of ``stream`` (-1: a zero frame)."""
+    return [step if step < 0 else step - stream * STREAM for step in decode(stack.numpy()).tolist()]
 
 
 def test_one_step_transitions_are_nature_dqns_exactly():
