@@ -1,6 +1,7 @@
 """sweep.py: runs of games x seeds (parallel on Ray), resuming, retrying, and the report's
 statistics against hand-computed values."""
 
+import re
 import signal
 import subprocess
 import sys
@@ -390,12 +391,16 @@ def test_ctrl_c_while_ray_starts_and_an_address_with_no_ray_are_one_line(tmp_pat
     )
 
 
-def test_the_readme_shows_the_committed_atari100k_report():
-    """The README's Atari 100k table is results/atari100k/report.md, and that is the committed runs'
-    (their scores, steps and wall times; the intervals are resampled here with fewer draws)."""
+def test_the_readme_shows_the_committed_atari100k_reports():
+    """Each Atari 100k table the README shows is a folder's report.md (the first pipeline's always),
+    and that is the committed runs' (their scores, spreads, steps and wall times; the intervals are
+    resampled here with fewer draws)."""
     readme = (ROOT / "README.md").read_text()
-    start, end = "<!-- results/atari100k/report.md -->\n", "\n<!-- end of results/atari100k/report.md -->"
-    shown = readme.split(start, 1)[1].split(end, 1)[0]
-    assert shown.strip() == (ROOT / "results" / "atari100k" / "report.md").read_text().strip()
-    games_table = sweep.markdown(sweep.summarize(ROOT / "results" / "atari100k", samples=20)).split("\n\n")[0]
-    assert games_table in shown
+    folders = re.findall(r"<!-- results/([\w-]+)/report.md -->\n", readme)
+    assert "atari100k-v1" in folders
+    for folder in folders:
+        start, end = f"<!-- results/{folder}/report.md -->\n", f"\n<!-- end of results/{folder}/report.md -->"
+        shown = readme.split(start, 1)[1].split(end, 1)[0]
+        assert shown.strip() == (ROOT / "results" / folder / "report.md").read_text().strip()
+        games_table = sweep.markdown(sweep.summarize(ROOT / "results" / folder, samples=20)).split("\n\n")[0]
+        assert games_table in shown
