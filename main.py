@@ -39,10 +39,10 @@ from utils_apex import (
     start_ray,
 )
 from utils_config import (
-    RESUMABLE_OPTIONS,
     available_cpus,
     keep_freed_memory,
     learner_threads,
+    learning_config,
     parse_config,
     pick_device,
     use_threads,
@@ -436,7 +436,7 @@ class Trainer:
         if not self.agent.weights_finite():
             raise TrainingDiverged(f"training diverged: the weights are no longer finite at step {progress.step}")
         if args.save_memory:
-            save_memory(self.out / MEMORY_FILE, self.memory.state_dict(), progress.step, learning_config(args))
+            save_memory(self.out / MEMORY_FILE, self.memory.state_dict(), progress.step, learning_config(vars(args)))
         progress.wall_seconds = self.wall_seconds()
         save_checkpoint(
             path,
@@ -482,7 +482,7 @@ class Trainer:
         """Reload the saved replay memory if it belongs to the checkpoint, else refill it with
         ``learning_starts`` steps of the current policy (not counted as training steps)."""
         args, memory, out = self.args, self.memory, self.out
-        state, reason = load_memory(out / MEMORY_FILE, self.progress.step, learning_config(args))
+        state, reason = load_memory(out / MEMORY_FILE, self.progress.step, learning_config(vars(args)))
         if state is not None:
             try:
                 memory.load_state_dict(state)
@@ -540,11 +540,6 @@ def last_checkpoint(out: Path) -> str:
     except CheckpointError:
         return "no checkpoint was written yet"
     return f"the last checkpoint is {path} (step {checkpoint['run']['step']})"
-
-
-def learning_config(args: argparse.Namespace) -> dict[str, Any]:
-    """The options that decide what the replay memory holds: all but those a resume may change."""
-    return {k: v for k, v in vars(args).items() if k not in RESUMABLE_OPTIONS | {"out", "evaluate"}}
 
 
 # The flags become the game, the agent and the replay memory here, and only here.

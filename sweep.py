@@ -49,11 +49,20 @@ from tqdm import tqdm
 
 import plot
 from utils_apex import RayStartError
-from utils_config import available_cpus, options_of, parse_config
+from utils_config import available_cpus, learning_config, options_of, parse_config
 from utils_config import build_parser as main_parser
 from utils_drl import CheckpointError, write_atomically
 from utils_env import game_name, resolve_env_id
-from utils_run import EPISODES_FILE, RunLogError, load_newest_checkpoint, read_config, read_episodes, read_rewards
+from utils_run import (
+    EPISODES_FILE,
+    MEMORY_FILE,
+    RunLogError,
+    load_memory,
+    load_newest_checkpoint,
+    read_config,
+    read_episodes,
+    read_rewards,
+)
 
 PROJECT_DIR = Path(__file__).resolve().parent
 REFERENCE_SCORES = PROJECT_DIR / "atari_reference_scores.csv"
@@ -134,6 +143,18 @@ def evaluated_step(folder: Path) -> int:
     except (RunLogError, OSError):
         return -1
     return int(rows[-1][1][0]) if rows else -1
+
+
+def resume_note(run: Run) -> str:
+    """How main.py will go on with the interrupted ``run``: exactly (its replay memory was saved
+    with its newest checkpoint) or not, and why."""
+    _, checkpoint, _ = load_newest_checkpoint(run.folder)
+    step = checkpoint["run"]["step"]
+    memory, reason = load_memory(run.folder / MEMORY_FILE, step, learning_config(checkpoint["config"]))
+    if memory is not None:
+        return f"resumes at step {step:,} as the same run (its replay memory was saved with the checkpoint)"
+    reason = reason or "its replay memory was not saved (--save-memory)"
+    return f"resumes at step {step:,}, no longer exactly the run it was: {reason}, so main.py refills it"
 
 
 def main_argv(run: Run, state: str, passed: list[str]) -> list[str]:
@@ -316,6 +337,9 @@ def sweep(arguments: argparse.Namespace, passed: list[str]) -> int:
     try:
         executor = Executor(arguments.ray_address, threads, use_ray, stop_file)
         todo = [run for run in runs if states[run] != "done"]
+        for run in todo:
+            if states[run] == "interrupted":
+                tqdm.write(f"{run.name}: {resume_note(run)}")
         while todo:
             retry: list[Run] = []
             executor.run_all([(run, main_argv(run, run_state(run, steps), passed)) for run in todo], on_done, bar)
@@ -645,11 +669,7 @@ def markdown(summary: dict[str, Any]) -> str:
             published_runs = ", ".join(f"{name} {count}" for name, count in summary["published_runs"].items())
             lines[-1] += f" (published: {published_runs} runs per game)"
         lines[-1] += f"; {percent}% stratified bootstrap intervals (rliable):"
-        lines += ["", "| | " + " | ".join(metric.replace("_", " ").replace("iqm", "IQM") for metric in METRICS) + " |"]
-        lines.append("|---" * (1 + len(METRICS)) + "|")
-        for name, values in summary["aggregates"].items():
-            cells = [f"{v['value']:.3f} [{v['interval'][0]:.3f}, {v['interval'][1]:.3f}]" for v in values.values()]
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines += ["", *aggregate_table(summary["aggregates"])]
     for name, entry in summary.get("improvement", {}).items():
         low, high = entry["interval"]
         lines.append(f"\nProbability that ours improves on {name}: {entry['value']:.3f} [{low:.3f}, {high:.3f}]")
@@ -660,6 +680,92 @@ def markdown(summary: dict[str, Any]) -> str:
     if summary["without_reference"]:
         lines += ["", f"No reference scores for {', '.join(summary['without_reference'])}: left out of the aggregate."]
     return "\n".join(lines)
+
+
+def aggregate_table(aggregates: dict[str, dict[str, Any]]) -> list[str]:
+    """A Markdown table of each algorithm's METRICS with their intervals."""
+    lines = ["| | " + " | ".join(metric.replace("_", " ").replace("iqm", "IQM") for metric in METRICS) + " |"]
+    lines.append("|---" * (1 + len(METRICS)) + "|")
+    for name, values in aggregates.items():
+        cells = [f"{v['value']:.3f} [{v['interval'][0]:.3f}, {v['interval'][1]:.3f}]" for v in values.values()]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def compare(out: Path, other: Path, samples: int = BOOTSTRAP_SAMPLES) -> dict[str, Any]:
+    """The finished runs of sweep ``out`` beside those of sweep ``other`` (an ablation: the same
+    games and seeds under another pipeline): per game both means and their difference; over the
+    games both aggregate, both sides' METRICS and the probability that a run of ``out`` beats a
+    run of ``other`` on a game."""
+    if out.name == other.name:
+        raise SweepError(f"--compare needs two sweeps of different folder names, got {out} and {other}")
+    mine, theirs = summarize(out, samples), summarize(other, samples)
+    shared = sorted(set(mine["games"]) & set(theirs["games"]))
+    if not shared:
+        raise SweepError(f"{out} and {other} have no finished game in common")
+    games = {
+        game: {
+            "mean": mine["games"][game]["mean"],
+            "other_mean": theirs["games"][game]["mean"],
+            "seeds": len(mine["games"][game]["last_score"]),
+            "other_seeds": len(theirs["games"][game]["last_score"]),
+        }
+        for game in shared
+    }
+    comparison: dict[str, Any] = {"sweep": out.name, "other": other.name, "games": games}
+    together = [game for game in mine.get("aggregate_games", []) if game in theirs.get("aggregate_games", [])]
+    if together:
+        matrices = {
+            name: np.array([list(summary["games"][game]["human_normalised"].values()) for game in together]).T
+            for name, summary in ((out.name, mine), (other.name, theirs))
+        }
+        points, intervals = interval_estimates(
+            {"improvement": list(matrices.values())}, metrics.probability_of_improvement, samples
+        )
+        comparison["aggregate_games"] = together
+        comparison["aggregates"] = aggregates(matrices, samples)
+        comparison["improvement"] = {
+            "value": float(points["improvement"]),
+            "interval": tuple(float(end) for end in np.ravel(intervals["improvement"])),
+        }
+    return comparison
+
+
+def comparison_markdown(comparison: dict[str, Any]) -> str:
+    out, other = comparison["sweep"], comparison["other"]
+    lines = [f"| game | {out}: mean | seeds | {other}: mean | seeds | difference |", "|---" * 6 + "|"]
+    for game, entry in comparison["games"].items():
+        difference = entry["mean"] - entry["other_mean"]
+        lines.append(
+            f"| {game} | {entry['mean']:.1f} | {entry['seeds']} | {entry['other_mean']:.1f} | {entry['other_seeds']} "
+            f"| {difference:+.1f} |"
+        )
+    if "aggregates" in comparison:
+        games = comparison["aggregate_games"]
+        percent = round(100 * CONFIDENCE)
+        lines += [
+            "",
+            f"Human-normalised scores over {plural(len(games), 'game')} ({', '.join(games)}); {percent}% stratified "
+            "bootstrap intervals (rliable):",
+            "",
+            *aggregate_table(comparison["aggregates"]),
+        ]
+        low, high = comparison["improvement"]["interval"]
+        value = comparison["improvement"]["value"]
+        lines.append(f"\nProbability that a run of {out} beats one of {other}: {value:.3f} [{low:.3f}, {high:.3f}]")
+    return "\n".join(lines)
+
+
+def write_comparison(out: Path, other: Path, samples: int = BOOTSTRAP_SAMPLES) -> str:
+    """Write SWEEP/versus-OTHER.md and .json; return the Markdown."""
+    comparison = compare(out, other, samples)
+    text = comparison_markdown(comparison)
+    stem = out / f"versus-{other.name}"
+    write_atomically(stem.with_suffix(".md"), lambda path: Path(path).write_text(text + "\n"))
+    write_atomically(
+        stem.with_suffix(".json"), lambda path: Path(path).write_text(json.dumps(comparison, indent=2) + "\n")
+    )
+    return f"{text}\n\nWritten: {stem.with_suffix('.md')}, {stem.with_suffix('.json')}"
 
 
 def plural(count: int, noun: str) -> str:
@@ -818,8 +924,14 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--out", help="the sweep folder: one run folder per game and seed")
     parser.add_argument("--ray-address", help="send the runs to this running Ray cluster")
     parser.add_argument("--report", metavar="SWEEP", help="only write and print the report of this sweep")
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("SWEEP", "OTHER"),
+        help="only write and print SWEEP's finished runs beside OTHER's (SWEEP/versus-OTHER.md): an ablation",
+    )
     arguments, passed = parser.parse_known_args(argv)
-    if arguments.report is None:
+    if arguments.report is None and arguments.compare is None:
         if not arguments.envs or not arguments.out:
             parser.error("--envs and --out are needed to run a sweep (or --report SWEEP for its report)")
         if any(seed < 0 for seed in arguments.seeds) or len(set(arguments.seeds)) != len(arguments.seeds):
@@ -836,6 +948,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if arguments.report is not None:
             print(report(Path(arguments.report)), flush=True)
+            return 0
+        if arguments.compare is not None:
+            print(write_comparison(*map(Path, arguments.compare)), flush=True)
             return 0
         return sweep(arguments, passed)
     except SweepError as error:

@@ -334,6 +334,11 @@ def parse_config(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, 
     return args, checkpoint
 
 
+def learning_config(options: dict[str, Any]) -> dict[str, Any]:
+    """The options that decide what the replay memory holds: all but those a resume may change."""
+    return {k: v for k, v in options.items() if k not in RESUMABLE_OPTIONS | {"out", "evaluate", "resume"}}
+
+
 def apply_preset(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str] | None) -> None:
     """Set the options of ``--preset`` (if any) that ``argv`` does not give explicitly."""
     if args.preset is not None:

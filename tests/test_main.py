@@ -15,6 +15,7 @@ from PIL import Image
 
 import bench
 import main
+import sweep
 import utils_config
 from utils_drl import linear_schedule, load_checkpoint
 from utils_run import EPISODES_HEADER, read_episodes
@@ -146,6 +147,8 @@ def test_resume_with_saved_memory_is_equivalent_to_an_uninterrupted_run(tmp_path
     common = [*TINY, *recipe, "--eval-every", "150", "--save-memory", "--seed", "3"]
     assert main.main([*common, "--steps", "300", "--out", str(tmp_path / "straight")]) == 0
     assert main.main([*common, "--steps", "150", "--out", str(tmp_path / "split")]) == 0
+    note = sweep.resume_note(sweep.Run("Breakout", 3, tmp_path / "split"))  # what a sweep says before it resumes
+    assert note == "resumes at step 150 as the same run (its replay memory was saved with the checkpoint)"
     assert main.main(["--resume", str(tmp_path / "split"), "--steps", "300"]) == 0
     straight = load_checkpoint(tmp_path / "straight" / "model_002.pt")
     split = load_checkpoint(tmp_path / "split" / "model_002.pt")

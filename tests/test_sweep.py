@@ -1,6 +1,7 @@
 """sweep.py: runs of games x seeds (parallel on Ray), resuming, retrying, and the report's
 statistics against hand-computed values."""
 
+import json
 import re
 import signal
 import subprocess
@@ -71,7 +72,7 @@ def test_report_normalises_by_the_reference_scores_and_aggregates(tmp_path):
 
     text = sweep.report(tmp_path)
     assert "| ours |" in text and "| **Breakout** | mean ± std | **35.0 ± 7.1** | | | |" in text
-    assert "| Breakout | 0 | 30.0 | 100 | — |" in text  # no wall time in a 3-column rewards.txt
+    assert "| Breakout | 0 | 30.0 | — | 100 | — |" in text  # no spread nor wall time in a 3-column rewards.txt
     assert (tmp_path / "aggregate.png").stat().st_size > 0 and (tmp_path / "report.json").exists()
 
 
@@ -99,6 +100,57 @@ def test_an_atari100k_sweep_is_compared_with_the_published_runs(tmp_path):
     )
     text = sweep.report(tmp_path, samples=200)
     assert "Probability that ours improves on DrQ_eps: 1.000" in text and "| DrQ_eps |" in text
+
+
+def test_the_report_shows_the_spread_of_each_runs_evaluation_games(tmp_path):
+    """Near-identical evaluation games (a deterministic game without no-op starts) show as a tiny
+    spread: each run's last evaluation's standard deviation, minimum and maximum over its games."""
+    for seed, line in enumerate(
+        ["  1   100000 -19.8 0.8 -21.0 -18.0 100 3540", "  1   100000 -9.1 6.3 -21.0 9.0 100 3480"]
+    ):
+        write_rewards(tmp_path / f"Pong-seed{seed}", [-21.0])
+        with open(tmp_path / f"Pong-seed{seed}" / "rewards.txt", "a") as rewards:
+            rewards.write(line + "\n")
+    summary = sweep.summarize(tmp_path, samples=50)
+    assert summary["games"]["Pong"]["games_spread"] == {
+        0: {"std": 0.8, "min": -21.0, "max": -18.0},
+        1: {"std": 6.3, "min": -21.0, "max": 9.0},
+    }
+    text = sweep.markdown(summary)
+    assert "| Pong | 0 | -19.8 | 0.8 (-21 to -18) | 100,000 | 59 min |" in text
+    assert "| Pong | 1 | -9.1 | 6.3 (-21 to 9) | 100,000 | 58 min |" in text
+
+
+def test_two_sweeps_side_by_side_as_an_ablation(tmp_path):
+    """--compare A B: per game both means and their difference; over the games both aggregate, both
+    sides' IQM and the rest, and the probability that a run of A beats one of B (ties count half),
+    averaged over the games."""
+    scores = {
+        "A": {"Pong": [-10.0, 0.0], "Boxing": [20.0, 30.0]},
+        "B": {"Pong": [-10.0, -20.0], "Boxing": [40.0, 50.0]},
+    }
+    for sweep_name, games in scores.items():
+        for game, finals in games.items():
+            for seed, final in enumerate(finals):
+                write_rewards(tmp_path / sweep_name / f"{game}-seed{seed}", [0.0, final])
+    write_rewards(tmp_path / "A" / "Alien-seed0", [0.0, 500.0])  # not in B: in no comparison
+    comparison = sweep.compare(tmp_path / "A", tmp_path / "B", samples=200)
+    assert list(comparison["games"]) == ["Boxing", "Pong"]
+    assert comparison["games"]["Pong"] == {"mean": -5.0, "other_mean": -15.0, "seeds": 2, "other_seeds": 2}
+    assert comparison["aggregate_games"] == ["Boxing", "Pong"]
+    # Pong: A's -10 ties B's -10 and beats -20, A's 0 beats both: (0.5 + 1 + 1 + 1) / 4; Boxing: A never wins.
+    assert comparison["improvement"]["value"] == pytest.approx((3.5 / 4 + 0.0) / 2)
+    low, high = comparison["improvement"]["interval"]
+    assert low <= comparison["improvement"]["value"] <= high
+    references = sweep.reference_scores()
+    a = np.array([[(x - references[g][0]) / (references[g][1] - references[g][0]) for x in scores["A"][g]]
+                  for g in ("Boxing", "Pong")]).T  # fmt: skip
+    assert comparison["aggregates"]["A"]["iqm"]["value"] == pytest.approx(np.mean(np.sort(a.ravel())[1:3]))
+    assert sweep.main(["--compare", str(tmp_path / "A"), str(tmp_path / "B")]) == 0
+    text = (tmp_path / "A" / "versus-B.md").read_text()
+    assert "| Pong | -5.0 | 2 | -15.0 | 2 | +10.0 |" in text and "| A | " in text and "| B | " in text
+    assert "Probability that a run of A beats one of B: 0.438" in text
+    assert json.loads((tmp_path / "A" / "versus-B.json").read_text())["games"]["Boxing"]["other_mean"] == 45.0
 
 
 def test_games_behind_in_seeds_wait_outside_the_aggregates(tmp_path):
@@ -171,9 +223,17 @@ def test_sweep_runs_resumes_retries_and_reports(tmp_path, ray_cluster, capsys, m
     )
     finished_log = (out / "Pong-seed0" / "main.log").read_text()
     assert sweep.main(argv) == 0
-    assert "3 finished already" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "3 finished already" in printed.out
+    # Without its replay memory the resume is not the straight run: the sweep and the run's log say so.
+    assert (
+        "Pong-seed1: resumes at step 150, no longer exactly the run it was: its replay memory was not saved "
+        "(--save-memory), so main.py refills it"
+    ) in printed.out + printed.err
     assert (out / "Pong-seed0" / "main.log").read_text() == finished_log
-    assert (out / "Pong-seed1" / "main.log").read_text().count("Run folder:") == 2  # started, then resumed
+    log = (out / "Pong-seed1" / "main.log").read_text()
+    assert log.count("Run folder:") == 2  # started, then resumed
+    assert "Note: the replay memory was not saved with the checkpoint (--save-memory saves it); refilling" in log
     assert (out / "Pong-seed1" / "model_002.pt").exists()
 
     # A run that fails is retried once, then reported; the others are not held up.
