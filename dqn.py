@@ -55,13 +55,14 @@ class TrainedAgent:
 
     def make_env(self, seed: int = 0, render_mode: str | None = None, **overrides: Any) -> AtariGymEnv:
         """The run's game with the run's settings (``overrides`` change them, e.g. sticky_actions=0.25)."""
-        return AtariGymEnv(self.config.env, seed, render_mode, **{**self.env_options(), **overrides})
+        options = {**self.env_options(), **overrides}
+        return AtariGymEnv(self.config.env, seed, render_mode, main.stack_rule(self.config), **options)
 
     def evaluate(self, episodes: int = 10, seed: int = 0, epsilon: float | None = None) -> list[float]:
         """Whole games with the run's evaluation protocol (its --eval-epsilon unless given): their raw scores."""
         env = AtariEnv(self.config.env, seed, **self.env_options())
         epsilon = self.config.eval_epsilon if epsilon is None else epsilon
-        return evaluate(lambda state, eps: self.act(state, eps), env, episodes, epsilon).scores
+        return evaluate(self.act, env, episodes, epsilon, stack_rule=main.stack_rule(self.config)).scores
 
 
 def load_agent(path: str | Path, device: str = "auto") -> TrainedAgent:

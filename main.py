@@ -48,7 +48,7 @@ from utils_config import (
     use_threads,
 )
 from utils_drl import Agent, CheckpointError, linear_schedule, save_checkpoint
-from utils_env import AtariEnv, EvaluationStopped, Player, evaluate
+from utils_env import AtariEnv, EmulatorStateError, EvaluationStopped, Player, evaluate
 from utils_memory import PrioritizedReplayMemory, ReplayMemory
 from utils_run import (
     EPISODES_FILE,
@@ -331,7 +331,15 @@ class Trainer:
             self.progress = Progress(**checkpoint["run"])
             self.agent.load_state_dict(checkpoint["agent"])
             if self.player and checkpoint["player"] is not None:
-                self.player.load_state_dict(checkpoint["player"])
+                try:
+                    self.player.load_state_dict(checkpoint["player"])
+                except EmulatorStateError as error:
+                    print(
+                        f"Note: the checkpoint's game cannot be continued, its emulator state is {error}; training "
+                        "goes on from a new game, so the run is no longer the one it would have been",
+                        flush=True,
+                    )
+                    self.player.new_game()
             torch.set_rng_state(checkpoint["torch_rng"])
             self.wall_base = self.progress.wall_seconds
             for note in reconcile_with_checkpoint(out, checkpoint):

@@ -193,7 +193,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RUN_FOLDER",
         help="continue the run in this folder from its newest checkpoint",
     )
-    add("--save-memory", action="store_true", help=f"also save the replay memory ({MEMORY_FILE}) at each checkpoint")
+    add(
+        "--save-memory",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help=f"also save the replay memory ({MEMORY_FILE}) at each checkpoint",
+    )
     # Preprocessing (Machado et al. 2018 protocol: --sticky-actions 0.25).
     add("--sticky-actions", type=float, default=0.0, help="probability of repeating the previous action")
     add("--max-episode-frames", type=int, default=108_000, help="cut episodes after this many frames")
@@ -222,7 +227,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=True,
         help="a lost life ends the n-step window and the bootstrap, as a game's end does (the game goes on)",
     )
-    add("--full-action-space", action="store_true", help="all 18 joystick actions, not only the game's own")
+    add(
+        "--full-action-space",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="all 18 joystick actions, not only the game's own",
+    )
     add(
         "--stack-fill",
         choices=("repeat", "zeros"),
@@ -256,8 +266,18 @@ def build_parser() -> argparse.ArgumentParser:
     add("--eps-end", type=float, default=0.1, help="exploration epsilon after its linear decay")
     add("--eps-decay-steps", type=int, default=1_000_000, help="agent steps over which epsilon decays")
     add("--eps-decay-start", type=int, default=0, help="steps at --eps-start before epsilon starts to decay")
-    add("--double", action="store_true", help="Double DQN targets (van Hasselt et al. 2016)")
-    add("--dueling", action="store_true", help="dueling network head (Wang et al. 2016)")
+    add(
+        "--double",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="Double DQN targets (van Hasselt et al. 2016)",
+    )
+    add(
+        "--dueling",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="dueling network head (Wang et al. 2016)",
+    )
     add(
         "--network",
         choices=tuple(NETWORKS),
@@ -273,7 +293,12 @@ def build_parser() -> argparse.ArgumentParser:
         "dopamine: shifts of -4..3 and a random intensity per sample, as Dopamine's DrQ(eps)",
     )
     # Prioritized replay (Schaul et al. 2016, proportional variant).
-    add("--prioritized", action="store_true", help="proportional prioritized experience replay")
+    add(
+        "--prioritized",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="proportional prioritized experience replay",
+    )
     add("--alpha", type=float, default=0.6, help="priority exponent")
     add("--beta0", type=float, default=0.4, help="initial importance-sampling exponent, annealed to 1")
     add("--priority-eps", type=float, default=1e-6, help="added to |TD error| so no priority is zero")
@@ -293,8 +318,18 @@ def build_parser() -> argparse.ArgumentParser:
     add("--eval-every", type=int, default=250_000, help="agent steps between evaluations")
     add("--eval-episodes", type=int, default=10, help="games per evaluation")
     add("--eval-epsilon", type=float, default=0.05, help="exploration epsilon of evaluation games")
-    add("--render", action="store_true", help="save each evaluation's first episode as eval_NNN/*.png")
-    add("--tensorboard", action="store_true", help="log scalars under RUN/tensorboard (needs the tensorboard package)")
+    add(
+        "--render",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="save each evaluation's first episode as eval_NNN/*.png",
+    )
+    add(
+        "--tensorboard",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="log scalars under RUN/tensorboard (needs the tensorboard package)",
+    )
     add(
         "--evaluate",
         default=None,
@@ -517,8 +552,6 @@ def explicit_options(parser: argparse.ArgumentParser, argv: list[str] | None) ->
             options = action.option_strings
             if isinstance(action, argparse.BooleanOptionalAction):
                 kwargs["action"], options = argparse.BooleanOptionalAction, options[:1]  # it adds --no-X itself
-            elif action.nargs == 0:
-                kwargs["action"] = "store_true"
             else:
                 kwargs["type"] = action.type
             quiet.add_argument(*options, **kwargs)

@@ -15,7 +15,6 @@ and reports the raw score.
 from __future__ import annotations
 
 import difflib
-import pickle
 import shutil
 import time
 from collections.abc import Callable
@@ -177,19 +176,29 @@ class AtariEnv:
         return self._ale.getScreenRGB()
 
     def get_state(self) -> dict[str, Any]:
-        """Everything needed to continue this episode exactly (emulator, RNG, lives)."""
+        """Everything needed to continue this episode exactly (emulator, RNG, lives). The emulator's
+        state is ale-py's own serialisation, plain bytes: nothing in a checkpoint is ever unpickled."""
         return {
-            "ale": pickle.dumps(self._ale.cloneState(include_rng=True)),
+            "ale": self._ale.cloneState(include_rng=True).serialize(),
             "rng": self._rng.bit_generator.state,
             "lives": self._lives,
             "screens": self._screens.tobytes(),
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
-        self._ale.restoreState(pickle.loads(state["ale"]))
-        self._rng.bit_generator.state = state["rng"]
-        self._lives = state["lives"]
-        self._screens[:] = np.frombuffer(state["screens"], np.uint8).reshape(self._screens.shape)
+        """Continue the episode of ``get_state``; EmulatorStateError (and the game as it was) when
+        the state is not one ``get_state`` wrote, such as the pickled one of older checkpoints."""
+        try:
+            emulator = ale_py.ALEState(bytes(state["ale"]))
+            screens = np.frombuffer(state["screens"], np.uint8).reshape(self._screens.shape)
+            rng = np.random.default_rng()
+            rng.bit_generator.state = state["rng"]
+            lives = int(state["lives"])
+            self._ale.restoreState(emulator)
+        except Exception as error:  # ale-py raises ValueError or SystemError for bytes it did not write
+            raise EmulatorStateError(f"not an emulator state of this program ({type(error).__name__})") from None
+        self._rng, self._lives = rng, lives
+        self._screens[:] = screens
 
     def _repeat(self, action: Any) -> float:
         """Play ``action`` for FRAME_SKIP frames, keeping the last two grayscale screens."""
@@ -210,6 +219,10 @@ class AtariEnv:
         # torch rather than numpy matmul: numpy's BLAS threads and torch's fight for the
         # cores when their calls alternate, which made each training step ~10x slower.
         return torch.round(self._resize_rows @ pooled @ self._resize_columns).to(torch.uint8).numpy()
+
+
+class EmulatorStateError(Exception):
+    """A saved game state that cannot be restored; the message says why."""
 
 
 class FrameStack:

@@ -1,6 +1,7 @@
 """The Python API (dqn.py) and the gymnasium environment: load a checkpoint and act, evaluate,
 train with main.py's flags as arguments, gymnasium's checker and wrappers, and the install."""
 
+import json
 import subprocess
 import sys
 import tomllib
@@ -33,6 +34,21 @@ def test_train_load_and_act_in_three_lines(tmp_path):
     with pytest.raises(ValueError, match=r"^--lr must be positive and finite, got -1.0$"):
         dqn.train(env="Pong", lr=-1, out=tmp_path / "bad")
     assert not (tmp_path / "bad").exists()
+
+
+def test_the_api_turns_a_presets_switches_off_and_plays_a_run_with_its_own_stacks(tmp_path):
+    """``double=False`` beside a preset that sets it is --no-double (it used to be dropped); the
+    agent of a --preset atari100k run sees Dopamine's stacks (zeros before a game's first frame)."""
+    small = {**TINY, "learning_starts": 100, "eval_every": 150, "steps": 150}
+    options = {"preset": "atari100k", "double": False, "dueling": False, "save_memory": False}
+    run = dqn.train(env="Pong", out=tmp_path / "run", **options, **small)
+    config = json.loads((run / "config.json").read_text())
+    assert (config["double"], config["dueling"], config["save_memory"]) == (False, False, False)
+    assert config["network"] == "dopamine" and not (run / "memory.pt").exists()
+    agent = dqn.load_agent(run)
+    observation, _ = agent.make_env(seed=1).reset()
+    assert not observation[:3].any() and observation[3].any()
+    assert len(agent.evaluate(episodes=1)) == 1
 
 
 def test_the_environment_is_a_gymnasium_env_that_wrappers_take():

@@ -578,3 +578,48 @@ def test_help_explains_every_flag_and_shows_each_default_once():
             assert f"{action.option_strings[0]}" in text and f"(default: {default})" in text, action.dest
     assert "(default: None)" not in text and "(default: False)" not in text
     assert text.count("default: runs/") == 1  # --out's default said once
+
+
+class RunsCode:
+    """A pickle that runs a shell command when loaded: what a crafted checkpoint could carry."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    def __reduce__(self):
+        return os.system, (self.command,)
+
+
+def test_nothing_in_a_run_folder_is_ever_unpickled(tmp_path):
+    """A downloaded run folder whose checkpoint holds, where the emulator state goes, a pickle that
+    runs a command: --resume (by hand and by a sweep), --evaluate, the Python API, the sweep's
+    report, plot.py and video.py never run it. The resume goes on from a new game, with a note."""
+    import dqn
+    import plot
+    import video
+
+    run = tmp_path / "stranger"
+    assert main.main([*TINY, "--steps", "120", "--eval-every", "120", "--render", "--out", str(run)]) == 0
+    marker = tmp_path / "the command ran"
+    checkpoint = torch.load(run / "model_001.pt", weights_only=True)
+    checkpoint["player"]["env"]["ale"] = __import__("pickle").dumps(RunsCode(f"touch '{marker}'"))
+    torch.save(checkpoint, run / "model_001.pt")
+    assert load_checkpoint(run / "model_001.pt")["player"]["env"]["ale"].startswith(b"\x80")  # it loads as bytes
+
+    resumed = run_main("--resume", str(run), "--steps", "160")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "Note: the checkpoint's game cannot be continued, its emulator state is not an emulator state" in (
+        resumed.stdout
+    )
+    assert main.main(["--evaluate", str(run / "model_001.pt"), "--eval-episodes", "1"]) == 0
+    agent = dqn.load_agent(run / "model_001.pt")
+    assert len(agent.evaluate(episodes=1)) == 1
+    sweep_run = sweep.Run("Breakout", 0, run)
+    assert sweep.run_state(sweep_run, 200) == "interrupted" and "resumes at step 160" in sweep.resume_note(sweep_run)
+    assert sweep.main(["--report", str(tmp_path)]) in (0, 2)
+    assert plot.main([str(run), "--output", str(tmp_path / "curve.png")]) == 0
+    assert video.main([str(run / "eval_000"), "--output", str(tmp_path / "game.gif")]) == 0
+    assert not marker.exists()
+    # The same bytes, if they were unpickled, would have run the command.
+    __import__("pickle").loads(checkpoint["player"]["env"]["ale"])
+    assert marker.exists()

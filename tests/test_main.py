@@ -291,6 +291,11 @@ def test_a_preset_sets_its_recipe_and_flags_beside_it_override(tmp_path):
     assert not args.fire_reset and args.noop_max == 0 and args.preset is None and args.n_step == 1
     args, _ = utils_config.parse_config(["--preset", "atari100k", "--env", "Pong"])
     assert args.out == "runs/Pong-seed0-atari100k"
+    # Every switch has its --no- form, which turns a preset's switch off.
+    off = utils_config.options_of(["--preset", "atari100k", "--no-double", "--no-dueling", "--no-save-memory"])
+    assert (off.double, off.dueling, off.save_memory) == (False, False, False)
+    off = utils_config.options_of(["--preset", "machado", "--no-full-action-space"])
+    assert not off.full_action_space and off.sticky_actions == 0.25
     # Default folders: one per learning variant, so none collide.
     for flags, folder in [
         ([], "runs/Breakout-seed0"),
