@@ -633,6 +633,7 @@ def open_tensorboard(out: Path, step: int) -> Any:
 def cli() -> None:
     """``python main.py``, or the ``dqn-train`` command of ``pip install -e .``."""
     sys.stdout = OutputWithoutReader(sys.stdout)
+    sys.stderr = OutputWithoutReader(sys.stderr)  # the progress bar's: `2>&1 | tee log` and the tee dies
     try:
         code = main()
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # on the way out: a late second Ctrl-C is no traceback

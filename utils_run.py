@@ -316,7 +316,7 @@ def load_memory(path: Path, step: int, config: dict[str, Any]) -> tuple[dict[str
 
 
 class OutputWithoutReader:
-    """A text stream (stdout) that goes quiet once its reader is gone (``main.py ... | head``, a
+    """A text stream (stdout, stderr) that goes quiet once its reader is gone (``main.py ... | head``, a
     dead ``tee``) instead of raising BrokenPipeError: what a run prints is for reading, and must
     never stop it saving its checkpoint on the way out."""
 

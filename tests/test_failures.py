@@ -37,9 +37,10 @@ TINY = [
 ]  # fmt: skip
 
 
-def popen_main(*args: str, limit_file_size: int | None = None) -> subprocess.Popen:
-    """``python main.py args`` with its output piped; optionally unable to write files larger than
-    ``limit_file_size`` bytes, as on a full disk."""
+def popen_main(*args: str, limit_file_size: int | None = None, merged: bool = False) -> subprocess.Popen:
+    """``python main.py args`` with its output piped (``merged``: stderr into stdout's pipe, as
+    ``2>&1 |``); optionally unable to write files larger than ``limit_file_size`` bytes, as on a
+    full disk."""
     prelude = "import runpy, sys\n"
     if limit_file_size:
         prelude += (
@@ -48,7 +49,11 @@ def popen_main(*args: str, limit_file_size: int | None = None) -> subprocess.Pop
         )
     prelude += f"sys.argv = ['main.py', *{list(args)!r}]\nrunpy.run_path('main.py', run_name='__main__')\n"
     return subprocess.Popen(
-        [sys.executable, "-c", prelude], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", prelude],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT if merged else subprocess.PIPE,
+        text=True,
     )
 
 
@@ -566,6 +571,26 @@ def test_ctrl_c_with_nobody_reading_stdout_still_saves(tmp_path):
     assert process.returncode == 130, stderr
     assert "Broken pipe" not in stderr and "Traceback" not in stderr
     assert load_checkpoint(run / "model_interrupted.pt")["run"]["step"] > 0
+
+
+def test_a_dead_reader_of_stderr_does_not_end_the_run(tmp_path):
+    """`main.py ... 2>&1 | tee log` and the tee dies: the progress bar (on stderr) has no reader. The
+    run goes on, and Ctrl-C still stops it with its checkpoint (it used to end at the bar's next
+    write, exit 1, no checkpoint, no word)."""
+    run = tmp_path / "run"
+    process = popen_main(*TINY, "--steps", "100000", "--eval-every", "100000", "--out", str(run), merged=True)
+    seen = ""
+    while not re.search(r"[2-9]\d\d/100000", seen):  # the bar is past step 200
+        seen += process.stdout.read(1)
+        assert process.poll() is None, seen
+    process.stdout.close()
+    time.sleep(3)  # the bar writes at least once a second: into the closed pipe
+    assert process.poll() is None
+    step = len(games_logged(run))
+    wait_until_training(process, run, games=step + 1)
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=120) == 130
+    assert load_checkpoint(run / "model_interrupted.pt")["run"]["step"] > 200
 
 
 def test_help_explains_every_flag_and_shows_each_default_once():
