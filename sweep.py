@@ -145,6 +145,26 @@ def evaluated_step(folder: Path) -> int:
     return int(rows[-1][1][0]) if rows else -1
 
 
+def settings_mismatch(run: Run, passed: list[str]) -> str | None:
+    """How the learning settings of ``run``'s saved configuration differ from those this sweep's
+    flags give it (the options a resume may not change), or None when they agree or cannot be read."""
+    try:
+        saved = read_config(run.folder)
+    except (RunLogError, CheckpointError, OSError):
+        return None
+    defaults = vars(main_parser().parse_args([]))  # for options newer than the run
+    asked = vars(options_of(["--env", run.game, "--seed", str(run.seed), *passed]))
+    ran = {**defaults, **saved}
+    with contextlib.suppress(ValueError):
+        asked["env"], ran["env"] = resolve_env_id(asked["env"]), resolve_env_id(str(ran["env"]))
+    mine, theirs = learning_config(asked), learning_config(ran)
+    differing = [name for name in sorted(mine) if name != "preset" and mine[name] != theirs.get(name)]
+    if not differing:
+        return None
+    shown = [f"--{name.replace('_', '-')} {theirs.get(name)!r}, not {mine[name]!r}" for name in differing[:3]]
+    return "; ".join(shown) + (f"; and {len(differing) - 3} more" if len(differing) > 3 else "")
+
+
 def resume_note(run: Run) -> str:
     """How main.py will go on with the interrupted ``run``: exactly (its replay memory was saved
     with its newest checkpoint) or not, and why."""
@@ -299,6 +319,14 @@ def sweep(arguments: argparse.Namespace, passed: list[str]) -> int:
     steps = int(options_of(passed).steps)  # --preset atari100k sets 100,000
     threads = threads_of(passed)
     states = {run: run_state(run, steps) for run in runs}
+    for run in runs:
+        if states[run] != "new":
+            mismatch = settings_mismatch(run, passed)
+            if mismatch:
+                raise SweepError(
+                    f"{run.folder} holds a run with other settings than this command's ({mismatch}): "
+                    "give its own flags, or choose another --out"
+                )
     done = [run for run in runs if states[run] == "done"]
     print(
         f"Sweep {out}: {len(runs)} runs ({len(games)} games x {len(arguments.seeds)} seeds), "

@@ -236,6 +236,15 @@ def test_sweep_runs_resumes_retries_and_reports(tmp_path, ray_cluster, capsys, m
     assert "Note: the replay memory was not saved with the checkpoint (--save-memory saves it); refilling" in log
     assert (out / "Pong-seed1" / "model_002.pt").exists()
 
+    # Rerun with other learning flags: refused in one line, not the old runs reported as the new ones.
+    before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+    assert sweep.main([*argv, "--lr", "0.005", "--double"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"sweep.py: error: {out / 'Pong-seed0'} holds a run with other settings than this command's "
+        "(--double False, not True; --lr 0.0001, not 0.005): give its own flags, or choose another --out"
+    )
+    assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == before
+
     # A run that fails is retried once, then reported; the others are not held up.
     argv = ["--envs", "Pong", "--seeds", "0", "1", *TINY, "--out", str(tmp_path / "F")]
     (tmp_path / "F" / "Pong-seed1").mkdir(parents=True)
