@@ -206,13 +206,17 @@ def start_ray(address: str | None, cpus: int) -> bool:
 
     if ray.is_initialized():
         return False
+    # A worker that exits (its driver killed, even by SIGKILL) would SIGKILL the processes it started,
+    # a sweep's main.py runs among them: they are to get the SIGTERM their parent's death sends them
+    # (sweep.stop_with_parent), and save their checkpoints.
+    options: dict[str, Any] = {"_system_config": {"kill_child_processes_on_worker_exit": False}}
     if address is None:
         path = os.pathsep.join(filter(None, [str(PROJECT_DIR), os.environ.get("PYTHONPATH")]))
-        runtime_env: dict[str, Any] = {"env_vars": {"PYTHONPATH": path}}
-    else:  # the other nodes get this folder's code (not its runs) from the cluster
+        options["runtime_env"] = {"env_vars": {"PYTHONPATH": path}}
+    else:  # the other nodes get this folder's code (not its runs) from the cluster; it has its own config
         reach_cluster(address)
         excludes = ["runs/", "results/", ".venv/", ".git/", "docs/", "*.pt", "__pycache__/"]
-        runtime_env = {"working_dir": str(PROJECT_DIR), "excludes": excludes}
+        options = {"runtime_env": {"working_dir": str(PROJECT_DIR), "excludes": excludes}}
     # A Ctrl-C inside ray.init can leave Ray half built: raised in its CoreWorker's constructor, the
     # process dies of SIGSEGV at exit; raised in one of its callbacks, it is dropped and the run goes
     # on. So the first one (or a SIGTERM before Ray swaps in its own) is held until ray.init returns,
@@ -239,7 +243,7 @@ def start_ray(address: str | None, cpus: int) -> bool:
             include_dashboard=False,
             logging_level=logging.ERROR,
             log_to_driver=False,
-            runtime_env=runtime_env,
+            **options,
         )
     except Exception as error:  # Ray raises several types; each ends the run the same way
         where = f"join the Ray cluster at {address}" if address else "start Ray"

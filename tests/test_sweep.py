@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from test_failures import wait_until_training
 
 import sweep
@@ -429,6 +430,29 @@ def test_sigterm_stops_a_sweep_on_ray_and_its_runs_with_checkpoints(tmp_path):
     assert stderr.strip().splitlines()[-1] == f"Interrupted; run the same command again to continue the sweep in {out}"
     assert (out / "Pong-seed0" / "model_interrupted.pt").exists()
     assert not [cmdline for cmdline in process_command_lines() if str(out) in cmdline]  # no run left training
+
+
+def test_a_sweep_killed_by_sigkill_on_ray_leaves_each_run_with_a_checkpoint(tmp_path):
+    """kill -9 of sweep.py, which starts Ray itself: Ray's worker would SIGKILL the main.py it
+    started on its way out; the run must instead get SIGTERM (its parent died) and save a
+    checkpoint at its current step."""
+    pytest.importorskip("ray")
+    out = tmp_path / "S"
+    argv = [*TINY, "--steps", "50000", "--eval-every", "50000", "--envs", "Pong", "--seeds", "0", "--out", str(out)]
+    process = subprocess.Popen(
+        [sys.executable, "sweep.py", *argv], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    run = out / "Pong-seed0"
+    wait_until_training(process, run)
+    process.kill()
+    process.wait()
+    deadline = time.monotonic() + 120
+    while [line for line in process_command_lines() if str(run) in line] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    played = len((run / "episodes.csv").read_text().splitlines()) - 1
+    checkpoint = torch.load(run / "model_interrupted.pt", weights_only=True)
+    assert checkpoint["run"]["step"] > 0 and checkpoint["run"]["episodes"] == played
+    assert "Interrupted at step" in (run / "main.log").read_text()
 
 
 def process_command_lines() -> list[str]:
