@@ -2,6 +2,7 @@
 statistics against hand-computed values."""
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -444,15 +445,35 @@ def test_a_sweep_killed_by_sigkill_on_ray_leaves_each_run_with_a_checkpoint(tmp_
     )
     run = out / "Pong-seed0"
     wait_until_training(process, run)
+    (session,) = Path("/tmp/ray").glob(f"session_*_{process.pid}")  # Ray names its session after its driver
     process.kill()
     process.wait()
-    deadline = time.monotonic() + 120
-    while [line for line in process_command_lines() if str(run) in line] and time.monotonic() < deadline:
+    killed = time.monotonic()
+    while [line for line in process_command_lines() if str(run) in line] and time.monotonic() < killed + 120:
         time.sleep(0.2)
     played = len((run / "episodes.csv").read_text().splitlines()) - 1
     checkpoint = torch.load(run / "model_interrupted.pt", weights_only=True)
     assert checkpoint["run"]["step"] > 0 and checkpoint["run"]["episodes"] == played
     assert "Interrupted at step" in (run / "main.log").read_text()
+    # No process of the sweep's own Ray outlives it by more than a few seconds (its agents used to
+    # live on for a minute).
+    while session_processes(session) and time.monotonic() < killed + 15:
+        time.sleep(0.2)
+    assert not session_processes(session)
+
+
+def session_processes(session: Path) -> list[int]:
+    """The processes that name Ray's session folder in their command line or hold a file in it open."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if str(session).encode() in (entry / "cmdline").read_bytes() or any(
+                os.readlink(fd).startswith(str(session)) for fd in (entry / "fd").iterdir()
+            ):
+                found.append(int(entry.name))
+        except (OSError, ValueError):  # not a process, gone, or not ours to look at
+            continue
+    return found
 
 
 def process_command_lines() -> list[str]:
