@@ -380,8 +380,9 @@ def sweep(arguments: argparse.Namespace, passed: list[str]) -> int:
         bar.close()
         if executor is not None:
             executor.close()
-    print(report(out), flush=True)
     unfinished = [run.name for run in runs if run_state(run, steps) != "done"]
+    if len(unfinished) < len(runs) or collect(out):  # a report needs one finished run, of this sweep or before
+        print(report(out), flush=True)
     if unfinished:
         print(
             f"sweep.py: error: {len(unfinished)} run(s) did not reach --steps {steps:,}: {', '.join(unfinished)} "
@@ -526,10 +527,11 @@ class Evaluation(NamedTuple):
 
 
 def collect(out: Path, left_out: dict[str, str] | None = None) -> dict[str, dict[int, list[Evaluation]]]:
-    """Game -> seed -> the run's evaluations, from every finished run folder in
-    ``out``. A run whose rewards.txt does not parse, or whose last evaluation comes before its
-    --steps (config.json: still running, stopped or failed), is left out, with the reason in
-    ``left_out``: a result is only ever a finished run's."""
+    """Game -> seed -> the run's evaluations, from every finished run folder in ``out``. A run whose
+    rewards.txt does not parse, whose configuration (config.json: its game and --steps) cannot be
+    read, whose game is not the one its folder is named for, or whose last evaluation comes before
+    its --steps (still running, stopped or failed) is left out, with the reason in ``left_out``: a
+    result is only ever a finished run's, under its own game."""
     if not out.is_dir():
         raise SweepError(f"{out} is not a folder of a sweep")
     left_out = {} if left_out is None else left_out
@@ -543,9 +545,19 @@ def collect(out: Path, left_out: dict[str, str] | None = None) -> dict[str, dict
         except RunLogError as error:
             left_out[folder.name] = str(error)
             continue
-        steps = steps_of(folder)
+        try:
+            config = read_config(folder)
+            steps, env = config["steps"], resolve_env_id(str(config["env"]))
+            if not isinstance(steps, int) or isinstance(steps, bool) or steps <= 0:
+                raise ValueError(f"--steps {steps!r}")
+        except (RunLogError, CheckpointError, OSError, KeyError, TypeError, ValueError, AttributeError) as error:
+            left_out[folder.name] = f"its configuration (config.json) cannot be read: {first_words(error)}"
+            continue
+        if game_name(env) != game:
+            left_out[folder.name] = f"the folder is named for {game}, but its run played {game_name(env)}"
+            continue
         last = int(rows[-1][1][0]) if rows else -1
-        if steps is not None and last < steps:
+        if last < steps:
             left_out[folder.name] = f"unfinished: evaluated at step {max(last, 0):,} of its --steps {steps:,}"
             continue
         results.setdefault(game, {})[int(seed)] = [
@@ -557,12 +569,10 @@ def collect(out: Path, left_out: dict[str, str] | None = None) -> dict[str, dict
     return results
 
 
-def steps_of(run: Path) -> int | None:
-    """The run's --steps, from its config.json (None without one)."""
-    try:
-        return int(read_config(run)["steps"])
-    except (RunLogError, CheckpointError, OSError, KeyError, TypeError, ValueError):
-        return None
+def first_words(error: Exception) -> str:
+    """An error's message in one short line."""
+    text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def summarize(out: Path, samples: int = BOOTSTRAP_SAMPLES) -> dict[str, Any]:

@@ -25,10 +25,13 @@ TINY = [
 ]  # fmt: skip
 
 
-def write_rewards(folder: Path, scores: list[float], every: int = 100) -> None:
+def write_rewards(folder: Path, scores: list[float], every: int = 100, preset: str | None = None) -> None:
+    """A finished run: its evaluations every ``every`` steps, and its configuration."""
     folder.mkdir(parents=True)
     lines = [f"{index:3d} {index * every:8d} {score:.1f}" for index, score in enumerate(scores)]
     (folder / "rewards.txt").write_text("\n".join(lines) + "\n")
+    config = {"env": folder.name.rpartition("-seed")[0], "steps": (len(scores) - 1) * every, "preset": preset}
+    (folder / "config.json").write_text(json.dumps(config))
 
 
 def test_report_normalises_by_the_reference_scores_and_aggregates(tmp_path):
@@ -84,8 +87,9 @@ def test_an_atari100k_sweep_is_compared_with_the_published_runs(tmp_path):
     games = ["Alien", "Boxing", "Breakout", "Freeway", "KungFuMaster", "Pong"]
     for game in games:
         for seed in (0, 1):
-            write_rewards(tmp_path / f"{game}-seed{seed}", [0.0, 1e6], every=100_000)  # far above every run
-            (tmp_path / f"{game}-seed{seed}" / "config.json").write_text('{"preset": "atari100k"}')
+            write_rewards(
+                tmp_path / f"{game}-seed{seed}", [0.0, 1e6], every=100_000, preset="atari100k"
+            )  # far above every run
     summary = sweep.summarize(tmp_path, samples=200)
     assert summary["games"]["Breakout"]["published"]["DrQ_eps"] == pytest.approx(19.76, abs=0.01)
     assert summary["published_runs"] == {"DER": 100, "DrQ_eps": 100, "SPR": 100}
@@ -110,9 +114,9 @@ def test_the_report_shows_the_spread_of_each_runs_evaluation_games(tmp_path):
     for seed, line in enumerate(
         ["  1   100000 -19.8 0.8 -21.0 -18.0 100 3540", "  1   100000 -9.1 6.3 -21.0 9.0 100 3480"]
     ):
-        write_rewards(tmp_path / f"Pong-seed{seed}", [-21.0])
-        with open(tmp_path / f"Pong-seed{seed}" / "rewards.txt", "a") as rewards:
-            rewards.write(line + "\n")
+        write_rewards(tmp_path / f"Pong-seed{seed}", [-21.0, -21.0], every=100_000)
+        rewards = tmp_path / f"Pong-seed{seed}" / "rewards.txt"
+        rewards.write_text(rewards.read_text().splitlines()[0] + "\n" + line + "\n")
     summary = sweep.summarize(tmp_path, samples=50)
     assert summary["games"]["Pong"]["games_spread"] == {
         0: {"std": 0.8, "min": -21.0, "max": -18.0},
@@ -161,8 +165,9 @@ def test_games_behind_in_seeds_wait_outside_the_aggregates(tmp_path):
     for game, seeds in (("Alien", (0, 1)), ("Boxing", (0, 1)), ("Breakout", (0,))):
         for seed in seeds:
             for folder in [tmp_path / "all", tmp_path / "complete"][: 1 + (game != "Breakout")]:
-                write_rewards(folder / f"{game}-seed{seed}", [0.0, 100.0 * seed + len(game)], every=100_000)
-                (folder / f"{game}-seed{seed}" / "config.json").write_text('{"preset": "atari100k"}')
+                write_rewards(
+                    folder / f"{game}-seed{seed}", [0.0, 100.0 * seed + len(game)], every=100_000, preset="atari100k"
+                )
     summary = sweep.summarize(tmp_path / "all", samples=200)
     complete = sweep.summarize(tmp_path / "complete", samples=200)
     assert summary["aggregate_games"] == complete["aggregate_games"] == ["Alien", "Boxing"]
@@ -180,8 +185,7 @@ def test_the_figure_sets_each_game_beside_the_published_runs_and_aggregates_the_
     from matplotlib.collections import LineCollection
 
     def atari100k_run(game: str, seed: int, score: float) -> None:
-        write_rewards(tmp_path / f"{game}-seed{seed}", [0.0, score], every=100_000)
-        (tmp_path / f"{game}-seed{seed}" / "config.json").write_text('{"preset": "atari100k", "steps": 100000}')
+        write_rewards(tmp_path / f"{game}-seed{seed}", [0.0, score], every=100_000, preset="atari100k")
 
     def panels() -> dict[str, object]:
         drawing = sweep.figure(tmp_path, sweep.summarize(tmp_path, samples=20))
@@ -308,7 +312,8 @@ def fake_runs(monkeypatch, outcomes: dict[str, list[str]]) -> list[str]:
         if outcome == "stopped":
             return 130
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "config.json").write_text('{"steps": 300}')
+        if "--out" in argv:  # a new run: its options, as main.py writes them
+            (folder / "config.json").write_text(json.dumps(vars(options_of(argv))))
         write_rewards_lines(folder, [(0, -21.0), (150 if outcome == "short" else 300, -20.0)])
         return 0
 
@@ -353,10 +358,44 @@ def test_a_run_stopped_from_outside_is_resumed_and_an_unfinished_one_never_repor
     assert sweep.run_state(sweep.Run("Pong", 0, out / "Pong-seed0"), 300) == "done"
 
 
+def test_a_sweep_with_no_finished_run_names_its_unfinished_runs(tmp_path, monkeypatch, capsys):
+    """Every run short of --steps: no report to write, and the runs named, exit 1 (it used to be
+    exit 2, 'holds no run folders with evaluations')."""
+    out = tmp_path / "S"
+    fake_runs(monkeypatch, {"Pong-seed0": ["short", "short"], "Pong-seed1": ["short", "short"]})
+    assert sweep.main(["--envs", "Pong", "--seeds", "0", "1", *TINY, "--out", str(out)]) == 1
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("sweep.py: error: 2 run(s) did not reach --steps 300: Pong-seed0, Pong-seed1")
+
+
+def test_the_report_takes_each_runs_game_and_steps_from_its_configuration(tmp_path):
+    """A run whose config.json is cut short, holds NaN or infinite steps, or is missing (nor a
+    checkpoint to read), or whose game is not its folder's, is left out with the reason: it is never
+    counted as finished, nor scored as another game."""
+    write_rewards(tmp_path / "Pong-seed0", [-21.0, -5.0], every=2000)
+    broken = {1: '{"env": "Pong", "steps": 40', 2: '{"env": "Pong", "steps": NaN}', 3: None,
+              4: '{"env": "Pong", "steps": Infinity}', 5: '{"env": "ALE/Breakout-v5", "steps": 2000}'}  # fmt: skip
+    for seed, text in broken.items():
+        write_rewards(tmp_path / f"Pong-seed{seed}", [-21.0, 3.0], every=2000)
+        if text is None:
+            (tmp_path / f"Pong-seed{seed}" / "config.json").unlink()
+        else:
+            (tmp_path / f"Pong-seed{seed}" / "config.json").write_text(text)
+    summary = sweep.summarize(tmp_path, samples=50)
+    assert summary["games"]["Pong"]["last_score"] == {0: -5.0}
+    left_out = summary["left_out"]
+    assert sorted(left_out) == [f"Pong-seed{seed}" for seed in range(1, 6)]
+    assert all(
+        left_out[f"Pong-seed{seed}"].startswith("its configuration (config.json) cannot be read")
+        for seed in (1, 2, 3, 4)
+    )
+    assert left_out["Pong-seed5"] == "the folder is named for Pong, but its run played Breakout"
+    assert "Left out Pong-seed2: its configuration (config.json) cannot be read" in sweep.markdown(summary)
+
+
 def test_a_report_marks_runs_at_different_steps(tmp_path):
-    for seed, step in ((0, 300), (1, 500)):  # no config.json: the --steps of each are not known
-        (tmp_path / f"Pong-seed{seed}").mkdir()
-        write_rewards_lines(tmp_path / f"Pong-seed{seed}", [(0, -21.0), (step, -10.0)])
+    for seed, step in ((0, 300), (1, 500)):
+        write_rewards(tmp_path / f"Pong-seed{seed}", [-21.0, -10.0], every=step)
     summary = sweep.summarize(tmp_path, samples=100)
     assert summary["games"]["Pong"]["last_step"] == {0: 300, 1: 500}
     assert "different steps (300, 500)" in " ".join(summary["notes"])
