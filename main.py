@@ -494,8 +494,8 @@ class Trainer:
         if state is not None:
             try:
                 memory.load_state_dict(state)
-            except (ValueError, KeyError, RuntimeError) as error:
-                reason = f"{out / MEMORY_FILE} cannot be used ({error})"
+            except (ValueError, KeyError, RuntimeError, TypeError, AttributeError) as error:
+                reason = f"{out / MEMORY_FILE} cannot be used ({type(error).__name__}: {error})"
             else:
                 if len(memory) or self.player is None or self.player.first:  # Ape-X actors start new games
                     return

@@ -269,8 +269,9 @@ def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
     save_torch(path, {"format": CHECKPOINT_FORMAT, **payload})
 
 
-def load_checkpoint(path: Path) -> dict[str, Any]:
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """Load a checkpoint written by ``save_checkpoint``, or raise CheckpointError."""
+    path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"no checkpoint at {path}")
     try:
@@ -281,4 +282,10 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         ) from None
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path} is not a checkpoint of this program (format {CHECKPOINT_FORMAT})")
+    parts = {"config": dict, "run": dict, "agent": dict}
+    broken = sorted(name for name, kind in parts.items() if not isinstance(payload.get(name), kind))
+    if not broken and not isinstance(payload["run"].get("step"), int):
+        broken = ["run step"]
+    if broken:
+        raise CheckpointError(f"{path} is not a whole checkpoint (its {', '.join(broken)} missing or damaged)")
     return payload

@@ -177,8 +177,10 @@ def read_episodes(path: Path) -> np.ndarray:
             row = [float(field) for field in line.split(",")]
         except ValueError:
             row = []
-        if len(row) != len(columns):
-            raise RunLogError(f"{path}:{number}: expected {len(columns)} numbers ({','.join(columns)}), got {line!r}")
+        if len(row) != len(columns) or not all(math.isfinite(value) for value in row):
+            raise RunLogError(
+                f"{path}:{number}: expected {len(columns)} finite numbers ({','.join(columns)}), got {line!r}"
+            )
         rows.append(row + [math.nan] * (5 - len(row)))
     return np.array(rows, dtype=np.float64).reshape(-1, 5)
 

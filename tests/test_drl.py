@@ -133,7 +133,7 @@ def test_without_a_separate_target_nothing_is_copied_and_checkpoints_round_trip(
     agent.learn(real_batch())
     agent.sync_target()  # a no-op: nothing to copy
     assert agent.target is agent.online
-    save_checkpoint(tmp_path / "model_000.pt", {"agent": agent.state_dict()})
+    save_checkpoint(tmp_path / "model_000.pt", whole(agent))
     restored = Agent(4, seed=99, lr=1e-3, separate_target=False)
     restored.load_state_dict(load_checkpoint(tmp_path / "model_000.pt")["agent"])
     batch = real_batch(seed=1)
@@ -289,7 +289,7 @@ def test_epsilon_greedy():
 def test_checkpoint_round_trip(tmp_path):
     agent = Agent(4, seed=4, lr=1e-3)
     agent.learn(real_batch())
-    save_checkpoint(tmp_path / "model_000.pt", {"agent": agent.state_dict()})
+    save_checkpoint(tmp_path / "model_000.pt", whole(agent))
     restored = Agent(4, seed=99, lr=1e-3)
     restored.load_state_dict(load_checkpoint(tmp_path / "model_000.pt")["agent"])
     batch = real_batch(seed=1)
@@ -304,10 +304,21 @@ def test_checkpoint_round_trip(tmp_path):
 def test_bad_checkpoints_raise_one_clear_error(tmp_path):
     with pytest.raises(CheckpointError, match="no checkpoint"):
         load_checkpoint(tmp_path / "missing.pt")
-    save_checkpoint(tmp_path / "good.pt", {"agent": Agent(4).state_dict()})
+    save_checkpoint(tmp_path / "good.pt", whole(Agent(4)))
+    assert load_checkpoint(str(tmp_path / "good.pt"))["run"]["step"] == 0  # a str path as well as a Path
     (tmp_path / "cut.pt").write_bytes((tmp_path / "good.pt").read_bytes()[:5000])
     with pytest.raises(CheckpointError, match="truncated"):
         load_checkpoint(tmp_path / "cut.pt")
     torch.save({"weights": torch.zeros(3)}, tmp_path / "foreign.pt")
     with pytest.raises(CheckpointError, match="not a checkpoint of this program"):
         load_checkpoint(tmp_path / "foreign.pt")
+    # Our format, but parts missing or of the wrong kind: one error, never a KeyError later.
+    for broken, named in [({}, "agent, config, run"), ({**whole(Agent(4)), "run": {"step": "7"}}, "run step")]:
+        save_checkpoint(tmp_path / "part.pt", broken)
+        with pytest.raises(CheckpointError, match=f"is not a whole checkpoint \\(its {named} missing or damaged\\)"):
+            load_checkpoint(tmp_path / "part.pt")
+
+
+def whole(agent: Agent) -> dict:
+    """A checkpoint's parts, around ``agent``."""
+    return {"config": {}, "run": {"step": 0}, "agent": agent.state_dict()}

@@ -257,7 +257,7 @@ def test_start_episodes_refuses_garbage_and_repairs_a_missing_newline(tmp_path):
     start_episodes(path, 30)
     assert path.read_text() == header + "10,1,5,0.5,1.0\n20,2,6,0.5,2.0\n"
     path.write_text(header + "10,1,5,0.5,1.0\nten,1,5,0.5,2.0\n")
-    with pytest.raises(RunLogError, match=f"{path}:3: expected 5 numbers"):
+    with pytest.raises(RunLogError, match=f"{path}:3: expected 5 finite numbers"):
         start_episodes(path, 30)
 
 
@@ -350,6 +350,12 @@ def test_a_saved_memory_is_used_only_when_it_belongs_to_the_checkpoint(tmp_path,
     assert main.main(["--resume", str(run), "--steps", "320", "--save-memory"]) == 0
     assert f"{memory} is empty, but the checkpoint is in the middle of a game" in capsys.readouterr().out
     assert torch.load(memory, weights_only=True)["step"] == 320
+
+    mistyped = torch.load(memory, weights_only=True)
+    mistyped["memory"]["frames"] = "not frames"  # a field of the wrong type: a note and a refill, no traceback
+    torch.save(mistyped, memory)
+    assert main.main(["--resume", str(run), "--steps", "340", "--save-memory"]) == 0
+    assert f"{memory} cannot be used (AttributeError" in capsys.readouterr().out
 
 
 def stop_during_evaluation(monkeypatch, evaluation: int) -> None:
@@ -603,6 +609,17 @@ def test_help_explains_every_flag_and_shows_each_default_once():
             assert f"{action.option_strings[0]}" in text and f"(default: {default})" in text, action.dest
     assert "(default: None)" not in text and "(default: False)" not in text
     assert text.count("default: runs/") == 1  # --out's default said once
+
+
+def test_a_checkpoint_with_parts_missing_is_one_line(tmp_path, capsys):
+    """A checkpoint of our format with nothing else in it (or a memory.pt with a field of the wrong
+    type): one line, never a KeyError traceback."""
+    run = tmp_path / "run"
+    run.mkdir()
+    save_checkpoint(run / "model_000.pt", {})
+    assert "cannot resume: " in error_line(capsys, ["--resume", str(run), "--steps", "10"])
+    line = error_line(capsys, ["--evaluate", str(run / "model_000.pt")])
+    assert line.endswith("model_000.pt is not a whole checkpoint (its agent, config, run missing or damaged)")
 
 
 class RunsCode:

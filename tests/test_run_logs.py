@@ -62,7 +62,10 @@ def test_episode_lines_and_reading_them(tmp_path):
     path.write_text(EPISODES_HEADER)
     assert read_episodes(path).shape == (0, 5)
     path.write_text(EPISODES_HEADER + "10,1,5,0.5\n")
-    with pytest.raises(RunLogError, match=f"{path}:2: expected 5 numbers"):
+    with pytest.raises(RunLogError, match=f"{path}:2: expected 5 finite numbers"):
+        read_episodes(path)
+    path.write_text(EPISODES_HEADER + "inf,1,5,0.5,3.0\n")  # would crash a sweep's progress bar
+    with pytest.raises(RunLogError, match=f"{path}:2: expected 5 finite numbers"):
         read_episodes(path)
     path.write_text(OLD_EPISODES_HEADER + "10,1,5,0.5\n")  # a run from before the seconds column
     np.testing.assert_array_equal(read_episodes(path), [[10, 1.0, 5, 0.5, np.nan]])
@@ -115,7 +118,7 @@ def fake_benchmark_run(run: Path, game_steps: list[int], evaluations: list[tuple
     (run / "rewards.txt").write_text("\n".join(lines) + "\n")
     config = {"env": "ALE/Breakout-v5", "seed": 1, "lr": 1e-4, "adam_eps": 1e-8, "prioritized": False}
     last = len(evaluations) - 1
-    save_checkpoint(run / f"model_{last:03d}.pt", {"config": config, "run": {"step": evaluations[-1][0]}})
+    save_checkpoint(run / f"model_{last:03d}.pt", {"config": config, "run": {"step": evaluations[-1][0]}, "agent": {}})
     return run
 
 
