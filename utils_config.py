@@ -38,6 +38,8 @@ PLAYBACK_OPTIONS = {
 PLAYBACK_DEFAULTS = ("eval_episodes", "render")
 # Up to 30 no-op frames and a FIRE start a game; 100 frames leave at least 16 agent steps to learn from.
 MIN_EPISODE_FRAMES = 100
+MIN_PLAY_FRAMES = FRAME_SKIP * (1 + 16)  # after the most no-ops: a FIRE step and 16 agent steps
+MAX_EPISODE_FRAMES = 2**31 - 4  # the ALE holds the limit in a C int; a multiple of the frame skip
 UNIT_INTERVAL = ("gamma", "eps_start", "eps_end", "eval_epsilon", "sticky_actions", "beta0")
 POSITIVE_FLOATS = ("lr", "adam_eps", "priority_eps")
 POSITIVE_INTS = (
@@ -455,10 +457,16 @@ def check_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
     if not args.grad_clip > 0.0:
         parser.error(f"--grad-clip must be positive (inf turns clipping off), got {args.grad_clip}")
     frames = args.max_episode_frames
-    if frames < MIN_EPISODE_FRAMES or frames % FRAME_SKIP:
+    if not MIN_EPISODE_FRAMES <= frames <= MAX_EPISODE_FRAMES or frames % FRAME_SKIP:
         parser.error(
-            f"--max-episode-frames must be a multiple of {FRAME_SKIP} (the frame skip) and at least "
-            f"{MIN_EPISODE_FRAMES}, so that a game has steps to learn from; got {frames}"
+            f"--max-episode-frames must be a multiple of {FRAME_SKIP} (the frame skip) from {MIN_EPISODE_FRAMES}, "
+            f"so that a game has steps to learn from, to {MAX_EPISODE_FRAMES:,} (the emulator's limit); got {frames}"
+        )
+    most_noop_frames = args.noop_max if args.noop_unit == "frames" else FRAME_SKIP * max(args.noop_max - 1, 0)
+    if most_noop_frames + MIN_PLAY_FRAMES > frames:
+        parser.error(
+            f"--noop-max {args.noop_max} ({args.noop_unit}) can take up to {most_noop_frames:,} frames of no-ops, "
+            f"which leaves less than {MIN_PLAY_FRAMES} of --max-episode-frames {frames:,} to play"
         )
     if args.stack_per_life and not args.life_loss_terminal:
         parser.error("--stack-per-life needs --life-loss-terminal: a new stack starts where learning sees a terminal")

@@ -108,7 +108,7 @@ def files_of(run: Path) -> dict[str, bytes]:
         (["--alpha", "nan"], "--alpha must be 0 or more and finite"),
         (["--priority-eps", "inf"], "--priority-eps must be positive and finite"),
         (["--beta0", "-0.1"], "--beta0 must be within [0, 1]"),
-        (["--max-episode-frames", "40"], "--max-episode-frames must be a multiple of 4 (the frame skip) and at least"),
+        (["--max-episode-frames", "40"], "--max-episode-frames must be a multiple of 4 (the frame skip) from 100"),
         (["--max-episode-frames", "1001"], "got 1001"),
         (["--memory-size", "5", "--batch-size", "2", "--learning-starts", "4"], "--memory-size must exceed 5"),
         (["--memory-size", str(10**12)], "GiB of RAM, "),
@@ -609,6 +609,25 @@ def test_help_explains_every_flag_and_shows_each_default_once():
             assert f"{action.option_strings[0]}" in text and f"(default: {default})" in text, action.dest
     assert "(default: None)" not in text and "(default: False)" not in text
     assert text.count("default: runs/") == 1  # --out's default said once
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--max-episode-frames", "100000000000"], "to 2,147,483,644 (the emulator's limit); got 100000000000"),
+        (["--noop-max", "1000000000"], "--noop-max 1000000000 (frames) can take up to 1,000,000,000 frames of no-ops"),
+        (
+            ["--noop-max", "8000", "--max-episode-frames", "2000"],
+            "which leaves less than 68 of --max-episode-frames 2,000 to play",
+        ),
+        (["--noop-max", "30", "--noop-unit", "steps", "--max-episode-frames", "180"], "up to 116 frames of no-ops"),
+    ],
+)
+def test_limits_of_the_episode_and_its_no_ops_are_checked_before_anything_starts(argv, message, capsys, tmp_path):
+    """A frame limit the emulator cannot hold (it was an ALE TypeError after the run folder was made),
+    and no-op starts that hang the first evaluation or leave games of one step."""
+    assert message in error_line(capsys, [*argv, "--out", str(tmp_path / "run")])
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_checkpoint_with_parts_missing_is_one_line(tmp_path, capsys):
