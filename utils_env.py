@@ -96,6 +96,10 @@ class AtariEnv:
         life_loss_terminal: bool = True,
         full_action_space: bool = False,
     ) -> None:
+        if not 0.0 <= sticky_actions <= 1.0:  # also refuses nan
+            raise ValueError(f"sticky_actions is a probability, within [0, 1], got {sticky_actions}")
+        if noop_unit not in NOOP_UNITS:
+            raise ValueError(f"noop_unit must be one of {', '.join(NOOP_UNITS)}, got {noop_unit!r}")
         env = gym.make(
             env_id,
             frameskip=1,
@@ -115,8 +119,6 @@ class AtariEnv:
             else None
         )
         self.max_episode_frames = max_episode_frames
-        if noop_unit not in NOOP_UNITS:
-            raise ValueError(f"noop_unit must be one of {', '.join(NOOP_UNITS)}, got {noop_unit!r}")
         self.noop_max, self.noop_unit = noop_max, noop_unit
         self.life_loss_terminal = life_loss_terminal
         self._rng = np.random.default_rng(seed)
@@ -290,6 +292,12 @@ class AtariGymEnv(gym.Env):
         return observation, {"lives": self.game.lives}
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        if (
+            isinstance(action, bool)
+            or not isinstance(action, int | np.integer)
+            or not self.action_space.contains(action)
+        ):
+            raise ValueError(f"an action is a whole number from 0 to {self.game.n_actions - 1}, got {action!r}")
         result = self.game.step(int(action))
         observation = self._stack.advance(result).copy()
         info = {"lives": self.game.lives, "life_lost": result.life_lost}

@@ -10,6 +10,7 @@ from pathlib import Path
 import gymnasium
 import numpy as np
 import pytest
+import torch
 from gymnasium.utils.env_checker import check_env
 
 import dqn
@@ -30,6 +31,31 @@ def test_train_load_and_act_in_three_lines(tmp_path):
     assert agent.env_options()["max_episode_frames"] == 400  # the run's game settings
     scores = agent.evaluate(episodes=2, seed=3)
     assert len(scores) == 2 and scores == agent.evaluate(episodes=2, seed=3)  # seeded
+
+    # What the API takes, it checks: no silent cast of [0, 1] frames to black ones, no cryptic errors.
+    with pytest.raises(ValueError, match="uint8 pixels, 0 to 255; got float64"):
+        agent.act(observation / 255.0)
+    assert agent.act(observation.astype(np.float32)) == action  # whole numbers 0-255 in any dtype are pixels
+    with pytest.raises(ValueError, match=r"a \(4, 84, 84\) frame stack \(make_env's\), got shape \(84, 84\)"):
+        agent.act(observation[-1])
+    for epsilon in (2.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="epsilon must be within"):
+            agent.act(observation, epsilon)
+    with pytest.raises(ValueError, match="episodes must be a whole number of 1 or more, got -1"):
+        agent.evaluate(episodes=-1)
+    with pytest.raises(ValueError, match="full_action_space: the network chooses among the actions it was trained on"):
+        agent.make_env(full_action_space=True)
+    if not torch.cuda.is_available():  # a CPU build: one line, not an AssertionError from inside torch
+        with pytest.raises(ValueError, match="device 'cuda': "):
+            dqn.load_agent(run, device="cuda")
+    env = agent.make_env()
+    env.reset()
+    for bad in (-1, "1", 1.7, 99, True):
+        with pytest.raises(ValueError, match=r"an action is a whole number from 0 to 5, got"):
+            env.step(bad)
+    assert env.step(np.int64(1))[0].shape == (4, 84, 84)
+    with pytest.raises(ValueError, match=r"sticky_actions is a probability, within \[0, 1\], got 2.0"):
+        agent.make_env(sticky_actions=2.0)
 
     with pytest.raises(ValueError, match=r"^--lr must be positive and finite, got -1.0$"):
         dqn.train(env="Pong", lr=-1, out=tmp_path / "bad")
