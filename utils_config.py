@@ -534,6 +534,9 @@ def check_training(parser: argparse.ArgumentParser, args: argparse.Namespace, re
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         parser.error(f"--out {out} is a file, not a folder")
+    for parent in out.parents:
+        if parent.exists() and not parent.is_dir():
+            parser.error(f"--out {out}: {parent} is a file, not a folder")
     if not resuming and ((out / REWARDS_FILE).exists() or any(out.glob("model_*.pt"))):
         parser.error(f"{out} already holds a run: continue it with --resume {out}, or choose another --out")
 

@@ -18,6 +18,7 @@ import fcntl
 import json
 import math
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -37,6 +38,10 @@ EPISODES_HEADER = "step,score,length,epsilon,seconds\n"
 OLD_EPISODES_HEADER = "step,score,length,epsilon\n"
 CONFIG_FILE = "config.json"
 MEMORY_FILE = "memory.pt"
+# What a killed run can leave half-written, and nothing else: a user's own `.notes.tmp.md` or
+# `eval_old.partial/` in a folder given as --out are theirs (write_atomically's temporary names).
+LEFTOVER_FILE = re.compile(r"\.(model_(\d+|interrupted)|memory|rewards|episodes|config)\.tmp\.(pt|txt|csv|json)")
+LEFTOVER_FRAMES = re.compile(r"eval_\d{3,}\.partial")
 INTERRUPTED_CHECKPOINT = "model_interrupted.pt"
 LOCK_FILE = ".lock"
 # rewards.txt's two layouts: the classic three columns of older files, and the eight written since.
@@ -254,10 +259,11 @@ class RunLock:
 def remove_leftovers(run: Path) -> None:
     """Delete what a killed process left half-written: temporary files of ``write_atomically``
     and evaluation frame folders still being filled. Only the lock holder may call this."""
-    for path in run.glob(".*.tmp*"):
-        path.unlink(missing_ok=True)
-    for path in run.glob("eval_*.partial"):
-        shutil.rmtree(path, ignore_errors=True)
+    for path in run.iterdir() if run.is_dir() else []:
+        if LEFTOVER_FILE.fullmatch(path.name) and path.is_file():
+            path.unlink(missing_ok=True)
+        elif LEFTOVER_FRAMES.fullmatch(path.name) and path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def check_free_space(run: Path, needed: int) -> None:

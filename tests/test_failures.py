@@ -487,8 +487,8 @@ def test_bad_run_folders_and_leftovers(small_run, tmp_path, capsys):
     afile = tmp_path / "afile"
     afile.write_text("x")
     assert f"--out {afile} is a file, not a folder" in error_line(capsys, [*TINY, "--out", str(afile)])
-    assert main.main([*TINY, "--steps", "200", "--out", str(afile / "run")]) == 1
-    assert f"main.py: error: cannot create the run folder {afile / 'run'}: Not a directory" in capsys.readouterr().err
+    line = error_line(capsys, [*TINY, "--steps", "200", "--out", str(afile / "run")])
+    assert line == f"main.py: error: --out {afile / 'run'}: {afile} is a file, not a folder"
 
     run = copy_run(small_run, tmp_path / "run")
     (run / ".model_003.tmp.pt").write_bytes(b"half")
@@ -496,6 +496,17 @@ def test_bad_run_folders_and_leftovers(small_run, tmp_path, capsys):
     (run / "eval_003.partial" / "000000.png").write_bytes(b"half")
     assert main.main(["--resume", str(run), "--steps", "250"]) == 0
     assert not (run / ".model_003.tmp.pt").exists() and not (run / "eval_003.partial").exists()
+
+    # --out naming a folder of the user's: their own temporary-looking files are theirs, and stay.
+    theirs = tmp_path / "theirs"
+    (theirs / "eval_old.partial").mkdir(parents=True)
+    for name in (".draft.tmp.md", ".vimrc.tmp", ".model_003.tmp.pt.bak"):
+        (theirs / name).write_text("mine")
+    assert main.main([*TINY, "--steps", "120", "--eval-every", "120", "--out", str(theirs)]) == 0
+    assert (theirs / "eval_old.partial").is_dir()
+    assert all(
+        (theirs / name).read_text() == "mine" for name in (".draft.tmp.md", ".vimrc.tmp", ".model_003.tmp.pt.bak")
+    )
 
 
 def test_newest_checkpoint_prefers_the_highest_readable_step(small_run, tmp_path):
