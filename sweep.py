@@ -56,6 +56,8 @@ from utils_env import game_name, resolve_env_id
 from utils_run import (
     EPISODES_FILE,
     MEMORY_FILE,
+    RunFolderError,
+    RunLock,
     RunLogError,
     load_memory,
     load_newest_checkpoint,
@@ -334,12 +336,10 @@ def sweep(arguments: argparse.Namespace, passed: list[str]) -> int:
         flush=True,
     )
     use_ray = import_ray_or_note(arguments.ray_address)
-    out.mkdir(parents=True, exist_ok=True)
     attempts = {run: 0 for run in runs}
     failed: list[Run] = []
     stop_file = out / STOP_FILE
     executor: Executor | None = None
-    bar = tqdm(total=len(runs), initial=len(done), unit="run", dynamic_ncols=True)
 
     def on_done(run: Run, code: int) -> None:
         attempts[run] += 1
@@ -362,24 +362,27 @@ def sweep(arguments: argparse.Namespace, passed: list[str]) -> int:
             tqdm.write(f"{run.name}: failed again (exit {code}: {reason}); see {run.folder / LOG_FILE}")
             failed.append(run)
 
-    try:
-        executor = Executor(arguments.ray_address, threads, use_ray, stop_file)
-        todo = [run for run in runs if states[run] != "done"]
-        for run in todo:
-            if states[run] == "interrupted":
-                tqdm.write(f"{run.name}: {resume_note(run)}")
-        while todo:
-            retry: list[Run] = []
-            executor.run_all([(run, main_argv(run, run_state(run, steps), passed)) for run in todo], on_done, bar)
-            todo = retry
-    except KeyboardInterrupt:
-        bar.close()
-        print(f"Interrupted; run the same command again to continue the sweep in {out}", file=sys.stderr)
-        return 130
-    finally:
-        bar.close()
-        if executor is not None:
-            executor.close()
+    # One sweep at a time in a folder: two would share its stop file (Ctrl-C to one stopping the other's runs).
+    with RunLock(out):
+        bar = tqdm(total=len(runs), initial=len(done), unit="run", dynamic_ncols=True)
+        try:
+            executor = Executor(arguments.ray_address, threads, use_ray, stop_file)
+            todo = [run for run in runs if states[run] != "done"]
+            for run in todo:
+                if states[run] == "interrupted":
+                    tqdm.write(f"{run.name}: {resume_note(run)}")
+            while todo:
+                retry: list[Run] = []
+                executor.run_all([(run, main_argv(run, run_state(run, steps), passed)) for run in todo], on_done, bar)
+                todo = retry
+        except KeyboardInterrupt:
+            bar.close()
+            print(f"Interrupted; run the same command again to continue the sweep in {out}", file=sys.stderr)
+            return 130
+        finally:
+            bar.close()
+            if executor is not None:
+                executor.close()
     unfinished = [run.name for run in runs if run_state(run, steps) != "done"]
     if len(unfinished) < len(runs) or collect(out):  # a report needs one finished run, of this sweep or before
         print(report(out), flush=True)
@@ -997,7 +1000,7 @@ def main(argv: list[str] | None = None) -> int:
     except RayStartError as error:
         print(f"sweep.py: error: {error}", file=sys.stderr, flush=True)
         return 1
-    except OSError as error:
+    except (OSError, RunFolderError) as error:
         print(f"sweep.py: error: {error}", file=sys.stderr, flush=True)
         return 1
 

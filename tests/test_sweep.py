@@ -17,6 +17,7 @@ from test_failures import wait_until_training
 
 import sweep
 from utils_config import options_of
+from utils_run import RunLock
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = [
@@ -356,6 +357,19 @@ def test_a_run_stopped_from_outside_is_resumed_and_an_unfinished_one_never_repor
     assert sweep.main(argv) == 0
     assert "1 finished already" in capsys.readouterr().out
     assert sweep.run_state(sweep.Run("Pong", 0, out / "Pong-seed0"), 300) == "done"
+
+
+def test_a_second_sweep_on_a_folder_in_use_is_refused(tmp_path, monkeypatch, capsys):
+    """Two sweeps on one folder would share its stop file: Ctrl-C to one stopped the other's runs.
+    The second is refused in one line, exit 1, and starts nothing."""
+    out = tmp_path / "S"
+    calls = fake_runs(monkeypatch, {})
+    with RunLock(out):  # the first sweep, still going
+        assert sweep.main(["--envs", "Pong", "--seeds", "0", *TINY, "--out", str(out)]) == 1
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error == f"sweep.py: error: {out} is in use by process {os.getpid()}; wait for it or stop it first"
+    assert calls == []
+    assert sweep.main(["--envs", "Pong", "--seeds", "0", *TINY, "--out", str(out)]) == 0  # once it is gone
 
 
 def test_a_sweep_with_no_finished_run_names_its_unfinished_runs(tmp_path, monkeypatch, capsys):
