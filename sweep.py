@@ -49,7 +49,7 @@ from tqdm import tqdm
 
 import plot
 from utils_apex import RayStartError
-from utils_config import available_cpus, learning_config, options_of, parse_config
+from utils_config import available_cpus, available_memory, learning_config, memory_bytes, options_of, parse_config
 from utils_config import build_parser as main_parser
 from utils_drl import CheckpointError, write_atomically
 from utils_env import game_name, resolve_env_id
@@ -320,6 +320,8 @@ def sweep(arguments: argparse.Namespace, passed: list[str]) -> int:
     runs = plan(out, games, arguments.seeds)
     steps = int(options_of(passed).steps)  # --preset atari100k sets 100,000
     threads = threads_of(passed)
+    if arguments.ray_address is None:  # the runs that go at once here: their memories together
+        check_room(len(runs), max(1, available_cpus() // threads), options_of(passed).memory_size)
     states = {run: run_state(run, steps) for run in runs}
     for run in runs:
         if states[run] != "new":
@@ -417,6 +419,18 @@ def check_passed(passed: list[str], game: str) -> None:
         except SystemExit:
             message = errors.getvalue().strip().splitlines()[-1]
             raise SweepError(message.removeprefix("main.py: error: ")) from None
+
+
+def check_room(runs: int, slots: int, memory_size: int) -> None:
+    """Refuse a sweep whose runs at once (``slots`` of them on this machine) need more RAM for
+    their replay memories than is available now (main.py checks one run alone)."""
+    at_once = min(runs, slots)
+    needed, available = at_once * memory_bytes(memory_size), available_memory()
+    if at_once > 1 and needed > available:
+        raise SweepError(
+            f"{at_once} runs at once with --memory-size {memory_size:,} need {needed / 2**30:.1f} GiB of RAM, "
+            f"{available / 2**30:.1f} GiB is available here; choose a smaller --memory-size, or more --threads per run"
+        )
 
 
 def threads_of(passed: list[str]) -> int:

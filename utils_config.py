@@ -517,7 +517,7 @@ def check_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
 def check_training(parser: argparse.ArgumentParser, args: argparse.Namespace, resuming: bool) -> None:
     """What training needs beyond valid values: room for the memory, learning that starts before
     the run ends, and a run folder that holds no other run."""
-    needed, what = args.memory_size * (FRAME_SIZE * FRAME_SIZE + 7), f"--memory-size {args.memory_size:,}"
+    needed, what = memory_bytes(args.memory_size), f"--memory-size {args.memory_size:,}"
     if args.actors and args.ray_address is None:  # the actors' processes run here too
         needed += args.actors * actor_bytes(args.chunk_steps, args.n_step)
         what += f" with --actors {args.actors}"
@@ -539,6 +539,11 @@ def check_training(parser: argparse.ArgumentParser, args: argparse.Namespace, re
             parser.error(f"--out {out}: {parent} is a file, not a folder")
     if not resuming and ((out / REWARDS_FILE).exists() or any(out.glob("model_*.pt"))):
         parser.error(f"{out} already holds a run: continue it with --resume {out}, or choose another --out")
+
+
+def memory_bytes(memory_size: int) -> int:
+    """RAM of a replay memory of ``memory_size`` steps: one frame and 7 bytes of scalars each."""
+    return memory_size * (FRAME_SIZE * FRAME_SIZE + 7)
 
 
 def default_out(args: argparse.Namespace) -> str:
@@ -635,21 +640,48 @@ def learner_threads(args: argparse.Namespace) -> str | int:
     return args.threads
 
 
-def available_memory(cgroup: Path = Path("/sys/fs/cgroup"), meminfo: Path = Path("/proc/meminfo")) -> int:
+def available_memory(
+    cgroup: Path = Path("/sys/fs/cgroup"),
+    meminfo: Path = Path("/proc/meminfo"),
+    membership: Path = Path("/proc/self/cgroup"),
+) -> int:
     """Bytes of RAM a new run can have: what the system has available (free, or reclaimable from
-    caches), and no more than its container's memory limit leaves (cgroup v2 or v1)."""
+    caches), and no more than the memory limit of this process's own cgroup, or of any cgroup above
+    it, leaves (cgroup v2 or v1; a Slurm job's limit is on its own cgroup, not the root)."""
     available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     with contextlib.suppress(OSError, ValueError, StopIteration):
         line = next(line for line in meminfo.read_text().splitlines() if line.startswith("MemAvailable:"))
         available = int(line.split()[1]) * 1024
-    for limit, usage in (
-        ("memory.max", "memory.current"),
-        ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes"),
-    ):
+    for folder, limit, usage in cgroup_memory_files(cgroup, membership):
         with contextlib.suppress(OSError, ValueError):
-            room = int((cgroup / limit).read_text()) - int((cgroup / usage).read_text())  # "max": no limit
-            return max(0, min(available, room))
+            room = int((folder / limit).read_text()) - int((folder / usage).read_text())  # "max": no limit
+            available = max(0, min(available, room))
     return available
+
+
+def cgroup_memory_files(cgroup: Path, membership: Path) -> list[tuple[Path, str, str]]:
+    """(folder, limit file, usage file) of each cgroup from this process's own up to the root, v2
+    and v1, as /proc/self/cgroup names them (the root alone where it cannot be read)."""
+    paths = {"v2": "/", "v1": "/"}
+    with contextlib.suppress(OSError):
+        for line in membership.read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if controllers == "":
+                paths["v2"] = path
+            elif "memory" in controllers.split(","):
+                paths["v1"] = path
+    found = []
+    for version, base, limit, usage in (
+        ("v2", cgroup, "memory.max", "memory.current"),
+        ("v1", cgroup / "memory", "memory.limit_in_bytes", "memory.usage_in_bytes"),
+    ):
+        folder = base / paths[version].strip("/")
+        while True:
+            found.append((folder, limit, usage))
+            if folder == base:
+                break
+            folder = folder.parent
+    return found
 
 
 ACTOR_PROCESS_BYTES = 120 * 2**20  # an actor's Ray worker with torch, the game and its network (measured: 115 MB)

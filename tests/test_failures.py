@@ -559,6 +559,22 @@ def test_memory_is_checked_against_what_is_available_and_the_container_limit(tmp
     (cgroup / "memory" / "memory.limit_in_bytes").write_text(f"{2 * 2**30}\n")
     (cgroup / "memory" / "memory.usage_in_bytes").write_text(f"{2**29}\n")
     assert utils_config.available_memory(cgroup, meminfo) == 3 * 2**29
+    # The process's own cgroup (a Slurm job's), below a root without limit: its limit counts.
+    (cgroup / "memory" / "memory.limit_in_bytes").unlink()
+    membership = tmp_path / "self-cgroup"
+    membership.write_text("0::/job/step\n")
+    (cgroup / "memory.max").write_text("max\n")
+    (cgroup / "job" / "step").mkdir(parents=True)
+    (cgroup / "job" / "memory.max").write_text(f"{2 * 2**30}\n")
+    (cgroup / "job" / "memory.current").write_text(f"{2**30}\n")
+    (cgroup / "job" / "step" / "memory.max").write_text("max\n")
+    (cgroup / "job" / "step" / "memory.current").write_text(f"{2**29}\n")
+    assert utils_config.available_memory(cgroup, meminfo, membership) == 2**30
+    membership.write_text("7:cpu,memory:/job\n")  # cgroup v1, the memory controller's line
+    (cgroup / "memory" / "job").mkdir()
+    (cgroup / "memory" / "job" / "memory.limit_in_bytes").write_text(f"{2**30}\n")
+    (cgroup / "memory" / "job" / "memory.usage_in_bytes").write_text(f"{2**28}\n")
+    assert utils_config.available_memory(cgroup, meminfo, membership) == 3 * 2**28
 
     monkeypatch.setattr(utils_config, "available_memory", lambda: 2**30)
     message = error_line(capsys, ["--memory-size", "200000", "--out", str(tmp_path / "a")])

@@ -359,6 +359,33 @@ def test_a_run_stopped_from_outside_is_resumed_and_an_unfinished_one_never_repor
     assert sweep.run_state(sweep.Run("Pong", 0, out / "Pong-seed0"), 300) == "done"
 
 
+def test_a_sweep_checks_the_memory_of_the_runs_that_go_at_once(tmp_path, monkeypatch, capsys):
+    """main.py checks one run's replay memory; two at once need twice that."""
+    monkeypatch.setattr(sweep, "available_memory", lambda: 3 * 2**30)
+    monkeypatch.setattr(sweep, "available_cpus", lambda: 2)
+    calls = fake_runs(monkeypatch, {})
+    argv = [
+        "--envs",
+        "Pong",
+        "Breakout",
+        "--seeds",
+        "0",
+        *TINY,
+        "--memory-size",
+        "200000",
+        "--out",
+        str(tmp_path / "S"),
+    ]
+    assert sweep.main(argv) == 0  # one needs 1.3 GiB, two at once 2.6 GiB: room for both
+    monkeypatch.setattr(sweep, "available_memory", lambda: 2 * 2**30)
+    assert sweep.main([*argv[:-1], str(tmp_path / "T")]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "sweep.py: error: 2 runs at once with --memory-size 200,000 need 2.6 GiB of RAM, 2.0 GiB is available here; "
+        "choose a smaller --memory-size, or more --threads per run"
+    )
+    assert calls == ["Pong-seed0", "Breakout-seed0"] and not (tmp_path / "T").exists()
+
+
 def test_a_second_sweep_on_a_folder_in_use_is_refused(tmp_path, monkeypatch, capsys):
     """Two sweeps on one folder would share its stop file: Ctrl-C to one stopped the other's runs.
     The second is refused in one line, exit 1, and starts nothing."""
