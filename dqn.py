@@ -115,7 +115,7 @@ def train(**options: Any) -> Path:
         with contextlib.redirect_stderr(refusal):
             args, checkpoint = parse_config(argv)
     except SystemExit:
-        raise ValueError(refusal.getvalue().strip().removeprefix("main.py: error: ")) from None
+        raise ValueError(refusal.getvalue().strip().split(": error: ", 1)[-1]) from None
     summary = main.train(args, checkpoint)
     if summary.exit_code != 0:
         raise RuntimeError(f"training stopped with exit status {summary.exit_code}; its reason was printed above")

@@ -12,6 +12,7 @@ import math
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -45,6 +46,7 @@ from utils_config import (
     learning_config,
     parse_config,
     pick_device,
+    program,
     use_threads,
 )
 from utils_drl import Agent, CheckpointError, linear_schedule, save_checkpoint
@@ -99,6 +101,8 @@ class StopRequest:
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopRequest:
+        if threading.current_thread() is not threading.main_thread():
+            return self  # only the main thread gets signals (dqn.train from a thread): its caller stops it
         for signum in (signal.SIGINT, signal.SIGTERM):
             self._previous[signum] = signal.signal(signum, self._handle)
         # A parent may have left them blocked (Ray's workers block SIGINT, and their children inherit it).
@@ -152,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return play_checkpoint(args, checkpoint)
         except OSError as error:
-            print(f"main.py: error: {describe_os_error(error)}", file=sys.stderr, flush=True)
+            print(f"{program('main.py')}: error: {describe_os_error(error)}", file=sys.stderr, flush=True)
             return 1
     return train(args, checkpoint).exit_code
 
@@ -215,7 +219,7 @@ def train(args: argparse.Namespace, checkpoint: dict[str, Any] | None) -> TrainS
         message = str(error)
     except OSError as error:
         message = describe_os_error(error)
-    print(f"main.py: error: {message}", file=sys.stderr, flush=True)
+    print(f"{program('main.py')}: error: {message}", file=sys.stderr, flush=True)
     return TrainSummary(1, 0, math.nan)
 
 

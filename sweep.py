@@ -31,6 +31,7 @@ import ctypes
 import io
 import json
 import math
+import re
 import signal
 import subprocess
 import sys
@@ -49,7 +50,15 @@ from tqdm import tqdm
 
 import plot
 from utils_apex import RayStartError
-from utils_config import available_cpus, available_memory, learning_config, memory_bytes, options_of, parse_config
+from utils_config import (
+    available_cpus,
+    available_memory,
+    learning_config,
+    memory_bytes,
+    options_of,
+    parse_config,
+    program,
+)
 from utils_config import build_parser as main_parser
 from utils_drl import CheckpointError, write_atomically
 from utils_env import game_name, resolve_env_id
@@ -224,13 +233,16 @@ def stop_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+PROGRESS_BAR = re.compile(r"\d+%\|.*\|")  # a tqdm line, such as " 12%|█▏  | 1200/10000 [...]": never the reason
+
+
 def last_error(log: Path) -> str:
     """The last line main.py wrote, which names what went wrong."""
     try:
         lines = [line.strip() for line in log.read_text(errors="replace").replace("\r", "\n").splitlines()]
     except OSError:
         return "no output"
-    lines = [line for line in lines if line]
+    lines = [line for line in lines if line and not PROGRESS_BAR.search(line)]
     return lines[-1] if lines else "no output"
 
 
@@ -390,7 +402,7 @@ def sweep(arguments: argparse.Namespace, passed: list[str]) -> int:
         print(report(out), flush=True)
     if unfinished:
         print(
-            f"sweep.py: error: {len(unfinished)} run(s) did not reach --steps {steps:,}: {', '.join(unfinished)} "
+            f"{program('sweep.py')}: error: {len(unfinished)} run(s) did not reach --steps {steps:,}: {', '.join(unfinished)} "
             "(each folder's main.log says why; run the same command again to retry them)",
             file=sys.stderr,
         )
@@ -418,7 +430,7 @@ def check_passed(passed: list[str], game: str) -> None:
             parse_config(["--env", game, "--out", str(Path(empty) / "run"), *passed])
         except SystemExit:
             message = errors.getvalue().strip().splitlines()[-1]
-            raise SweepError(message.removeprefix("main.py: error: ")) from None
+            raise SweepError(message.split(": error: ", 1)[-1]) from None
 
 
 def check_room(runs: int, slots: int, memory_size: int) -> None:
@@ -556,6 +568,11 @@ def collect(out: Path, left_out: dict[str, str] | None = None) -> dict[str, dict
     for folder in sorted(path for path in out.iterdir() if (path / "rewards.txt").exists()):
         game, separator, seed = folder.name.rpartition("-seed")
         if not separator or not seed.isdigit():
+            continue
+        if seed != str(int(seed)):  # Pong-seed001 beside Pong-seed1 would be the same run twice
+            left_out[folder.name] = (
+                f"not a sweep's folder name (a sweep names seed {int(seed)}'s {game}-seed{int(seed)})"
+            )
             continue
         try:
             rows = read_rewards(folder / "rewards.txt")
@@ -961,18 +978,21 @@ def report(out: Path, samples: int = BOOTSTRAP_SAMPLES) -> str:
     """Write SWEEP/report.md, report.json and aggregate.png; return the Markdown."""
     summary = summarize(out, samples)
     text = markdown(summary)
-    write_atomically(out / "report.md", lambda path: Path(path).write_text(text + "\n"))
-    write_atomically(out / "report.json", lambda path: Path(path).write_text(json.dumps(summary, indent=2) + "\n"))
-    try:
+    try:  # the figure first: a failing write leaves the report of before whole, its three files together
         plot.save(figure(out, summary), out / "aggregate.png")
     except plot.PlotError as error:
         raise SweepError(str(error)) from None
+    write_atomically(out / "report.md", lambda path: Path(path).write_text(text + "\n"))
+    write_atomically(out / "report.json", lambda path: Path(path).write_text(json.dumps(summary, indent=2) + "\n"))
     return f"{text}\n\nWritten: {out / 'report.md'}, {out / 'report.json'}, {out / 'aggregate.png'}"
 
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(
-        prog="sweep.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+        prog=program("sweep.py"),
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
     )
     parser.add_argument("--envs", nargs="+", help="games, or a set of them: atari5, atari10, atari100k")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
@@ -1009,13 +1029,13 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         return sweep(arguments, passed)
     except SweepError as error:
-        print(f"sweep.py: error: {error}", file=sys.stderr, flush=True)
+        print(f"{program('sweep.py')}: error: {error}", file=sys.stderr, flush=True)
         return 2
     except RayStartError as error:
-        print(f"sweep.py: error: {error}", file=sys.stderr, flush=True)
+        print(f"{program('sweep.py')}: error: {error}", file=sys.stderr, flush=True)
         return 1
     except (OSError, RunFolderError) as error:
-        print(f"sweep.py: error: {error}", file=sys.stderr, flush=True)
+        print(f"{program('sweep.py')}: error: {error}", file=sys.stderr, flush=True)
         return 1
 
 

@@ -14,6 +14,7 @@ import ctypes.util
 import importlib.util
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -144,6 +145,13 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+def program(script: str) -> str:
+    """The name to sign messages with: the dqn-* command that started this process (``dqn-train``),
+    else ``script``."""
+    name = Path(sys.argv[0]).name
+    return name if name.startswith("dqn-") else script
+
+
 class DefaultsShown(argparse.ArgumentDefaultsHelpFormatter):
     """``--help`` shows each flag's default, where it has one to show (not None, not off)."""
 
@@ -163,7 +171,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
-        prog="main.py",
+        prog=program("main.py"),
         description="Train Nature DQN on an Atari game.",
         formatter_class=DefaultsShown,
     )

@@ -82,6 +82,8 @@ def read_rewards(path: Path) -> list[tuple[int, list[float]]]:
             index, values = int(fields[0]), [int(fields[1]), *map(float, fields[2:])]
         except ValueError:
             raise RunLogError(f"{path}:{number}: not a number where one is expected: {line!r}") from None
+        if not all(math.isfinite(value) for value in values):
+            raise RunLogError(f"{path}:{number}: a score that is not a finite number: {line!r}")
         if rows and index <= rows[-1][0]:
             raise RunLogError(f"{path}:{number}: evaluation {index} after evaluation {rows[-1][0]}: out of order")
         rows.append((index, values))

@@ -4,6 +4,7 @@ train with main.py's flags as arguments, gymnasium's checker and wrappers, and t
 import json
 import subprocess
 import sys
+import threading
 import tomllib
 from pathlib import Path
 
@@ -77,6 +78,18 @@ def test_the_api_turns_a_presets_switches_off_and_plays_a_run_with_its_own_stack
     assert len(agent.evaluate(episodes=1)) == 1
 
 
+def test_train_runs_from_a_thread(tmp_path):
+    """Only the main thread gets signals: from another thread (a notebook's worker, a GUI) training
+    runs without Ctrl-C handling rather than failing and leaving an empty folder."""
+    done = []
+    worker = threading.Thread(
+        target=lambda: done.append(dqn.train(env="Pong", steps=150, eval_every=150, out=tmp_path / "run", **TINY))
+    )
+    worker.start()
+    worker.join(timeout=300)
+    assert done == [tmp_path / "run"] and (tmp_path / "run" / "model_001.pt").exists()
+
+
 def test_the_environment_is_a_gymnasium_env_that_wrappers_take():
     env = gymnasium.make("dqn/Atari-v0", game="Pong", seed=2, max_episode_frames=400)
     check_env(env.unwrapped, skip_render_check=True)
@@ -106,4 +119,13 @@ def test_the_package_installs_every_module_and_its_commands():
     if not command.exists():
         pytest.skip("the project is not installed in this environment (pip install -e .)")
     done = subprocess.run([str(command), "--help"], cwd="/", capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0 and done.stdout.startswith("usage: main.py")
+    assert done.returncode == 0 and done.stdout.startswith("usage: dqn-train")
+    done = subprocess.run([str(command), "--lr", "-1"], cwd="/", capture_output=True, text=True, timeout=120)
+    assert (
+        done.returncode == 2 and done.stderr.strip() == "dqn-train: error: --lr must be positive and finite, got -1.0"
+    )
+    sweep_command = Path(sys.executable).parent / "dqn-sweep"
+    done = subprocess.run(
+        [str(sweep_command), "--report", "/no/such"], cwd="/", capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2 and done.stderr.strip() == "dqn-sweep: error: /no/such is not a folder of a sweep"

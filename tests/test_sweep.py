@@ -434,6 +434,39 @@ def test_the_report_takes_each_runs_game_and_steps_from_its_configuration(tmp_pa
     assert "Left out Pong-seed2: its configuration (config.json) cannot be read" in sweep.markdown(summary)
 
 
+def test_the_report_leaves_out_what_it_cannot_trust_and_keeps_its_files_together(tmp_path, monkeypatch):
+    """A score that is not finite, and a second folder for one seed (Pong-seed001 beside Pong-seed1),
+    are left out with the reason (they gave NaN aggregates, or one run silently replaced the other); a
+    figure that cannot be written leaves the report of before as it was (report.md was replaced first)."""
+    write_rewards(tmp_path / "Pong-seed0", [-21.0, -5.0], every=1000)
+    write_rewards(tmp_path / "Pong-seed1", [-21.0, -7.0], every=1000)
+    write_rewards(tmp_path / "Pong-seed001", [-21.0, 21.0], every=1000)
+    write_rewards(tmp_path / "Pong-seed2", [-21.0, 0.0], every=1000)
+    (tmp_path / "Pong-seed2" / "rewards.txt").write_text("  0        0 -21.0\n  1     1000 nan\n")
+    summary = sweep.summarize(tmp_path, samples=50)
+    assert summary["games"]["Pong"]["last_score"] == {0: -5.0, 1: -7.0}
+    assert summary["left_out"]["Pong-seed001"] == "not a sweep's folder name (a sweep names seed 1's Pong-seed1)"
+    assert "a score that is not a finite number" in summary["left_out"]["Pong-seed2"]
+    sweep.report(tmp_path, samples=50)
+    before = {name: (tmp_path / name).read_bytes() for name in ("report.md", "report.json", "aggregate.png")}
+    write_rewards(tmp_path / "Pong-seed3", [-21.0, 3.0], every=1000)
+
+    def failing_save(figure, path):
+        raise sweep.plot.PlotError(f"cannot write {path}: No space left on device")
+
+    monkeypatch.setattr(sweep.plot, "save", failing_save)
+    with pytest.raises(sweep.SweepError, match="No space left on device"):
+        sweep.report(tmp_path, samples=50)
+    assert {name: (tmp_path / name).read_bytes() for name in before} == before
+
+
+def test_a_failed_runs_reason_is_never_a_progress_bar_line(tmp_path):
+    log = tmp_path / "main.log"
+    log.write_text("Run folder: R\nmain.py: error: cannot write R/model_001.pt: No space left on device\n"
+                   " 12%|█▏        | 1200/10000 [00:40<04:53, 30.0step/s, loss=0.01]\r\n")  # fmt: skip
+    assert sweep.last_error(log) == "main.py: error: cannot write R/model_001.pt: No space left on device"
+
+
 def test_a_report_marks_runs_at_different_steps(tmp_path):
     for seed, step in ((0, 300), (1, 500)):
         write_rewards(tmp_path / f"Pong-seed{seed}", [-21.0, -10.0], every=step)
