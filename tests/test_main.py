@@ -91,6 +91,10 @@ def test_train_render_checkpoint_and_resume(tmp_path):
     assert "refilling replay memory" in resumed.stderr  # no saved memory: warm-up instead
     assert (run / "episodes.csv").read_text().startswith(games_before)  # refill games are not logged
     games(run, "model_004.pt")
+    # A switch given once (--render) no longer sticks to every later resume: --no-render turns it off.
+    assert (run / "eval_004").is_dir()
+    assert main.main(["--resume", str(run), "--steps", "500", "--no-render"]) == 0
+    assert not (run / "eval_005").exists() and not load_checkpoint(run / "model_005.pt")["config"]["render"]
 
 
 def test_ctrl_c_saves_a_checkpoint_that_resumes_at_its_step(tmp_path):
