@@ -176,6 +176,11 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=DefaultsShown,
     )
     add = parser.add_argument
+
+    def switch(flag: str, meaning: str, default: bool = False) -> None:
+        """A flag with its --no- form, so that a preset's switch can be turned off."""
+        add(flag, action=argparse.BooleanOptionalAction, default=default, help=meaning)
+
     add(
         "--preset",
         choices=sorted(PRESETS),
@@ -203,12 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RUN_FOLDER",
         help="continue the run in this folder from its newest checkpoint",
     )
-    add(
-        "--save-memory",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help=f"also save the replay memory ({MEMORY_FILE}) at each checkpoint",
-    )
+    switch("--save-memory", f"also save the replay memory ({MEMORY_FILE}) at each checkpoint")
     # Preprocessing (Machado et al. 2018 protocol: --sticky-actions 0.25).
     add("--sticky-actions", type=float, default=0.0, help="probability of repeating the previous action")
     add("--max-episode-frames", type=int, default=108_000, help="cut episodes after this many frames")
@@ -225,35 +225,26 @@ def build_parser() -> argparse.ArgumentParser:
         default="frames",
         help="what --noop-max counts: emulator frames (Mnih et al. 2015) or agent steps (Dopamine's Atari 100k runner)",
     )
-    add(
+    switch(
         "--fire-reset",
-        action=argparse.BooleanOptionalAction,
+        "press FIRE at the start of each game and after each lost life, in games that wait for it",
         default=True,
-        help="press FIRE at the start of each game and after each lost life, in games that wait for it",
     )
-    add(
+    switch(
         "--life-loss-terminal",
-        action=argparse.BooleanOptionalAction,
+        "a lost life ends the n-step window and the bootstrap, as a game's end does (the game goes on)",
         default=True,
-        help="a lost life ends the n-step window and the bootstrap, as a game's end does (the game goes on)",
     )
-    add(
-        "--full-action-space",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="all 18 joystick actions, not only the game's own",
-    )
+    switch("--full-action-space", "all 18 joystick actions, not only the game's own")
     add(
         "--stack-fill",
         choices=("repeat", "zeros"),
         default="repeat",
         help="what fills a new frame stack before its first frame: copies of it, or zeros (Dopamine)",
     )
-    add(
+    switch(
         "--stack-per-life",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="a lost life starts a new frame stack (Dopamine, with --life-loss-terminal), not only a new game",
+        "a lost life starts a new frame stack (Dopamine, with --life-loss-terminal), not only a new game",
     )
     # Replay and learning: Mnih et al. 2015 defaults, with Adam (as CleanRL) in place of RMSProp.
     add("--memory-size", type=int, default=1_000_000, help="replay memory capacity, in agent steps")
@@ -276,18 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--eps-end", type=float, default=0.1, help="exploration epsilon after its linear decay")
     add("--eps-decay-steps", type=int, default=1_000_000, help="agent steps over which epsilon decays")
     add("--eps-decay-start", type=int, default=0, help="steps at --eps-start before epsilon starts to decay")
-    add(
-        "--double",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="Double DQN targets (van Hasselt et al. 2016)",
-    )
-    add(
-        "--dueling",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="dueling network head (Wang et al. 2016)",
-    )
+    switch("--double", "Double DQN targets (van Hasselt et al. 2016)")
+    switch("--dueling", "dueling network head (Wang et al. 2016)")
     add(
         "--network",
         choices=tuple(NETWORKS),
@@ -303,12 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
         "dopamine: shifts of -4..3 and a random intensity per sample, as Dopamine's DrQ(eps)",
     )
     # Prioritized replay (Schaul et al. 2016, proportional variant).
-    add(
-        "--prioritized",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="proportional prioritized experience replay",
-    )
+    switch("--prioritized", "proportional prioritized experience replay")
     add("--alpha", type=float, default=0.6, help="priority exponent")
     add("--beta0", type=float, default=0.4, help="initial importance-sampling exponent, annealed to 1")
     add("--priority-eps", type=float, default=1e-6, help="added to |TD error| so no priority is zero")
@@ -328,18 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--eval-every", type=int, default=250_000, help="agent steps between evaluations")
     add("--eval-episodes", type=int, default=10, help="games per evaluation")
     add("--eval-epsilon", type=float, default=0.05, help="exploration epsilon of evaluation games")
-    add(
-        "--render",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="save each evaluation's first episode as eval_NNN/*.png",
-    )
-    add(
-        "--tensorboard",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="log scalars under RUN/tensorboard (needs the tensorboard package)",
-    )
+    switch("--render", "save each evaluation's first episode as eval_NNN/*.png")
+    switch("--tensorboard", "log scalars under RUN/tensorboard (needs the tensorboard package)")
     add(
         "--evaluate",
         default=None,
