@@ -3,8 +3,9 @@
 Preprocessing follows Mnih et al. (2015) and Machado et al. (2018): each agent step
 repeats the action for 4 emulator frames and keeps the pixel-wise max of the last two
 (Atari sprites flicker), converts to grayscale and resizes to 84x84 by area averaging. Episodes start
-with up to 30 random no-op frames (``noop_max``; or agent steps, ``noop_unit``), FIRE is pressed after a reset and after each lost
-life in games that wait for it (``fire_reset``), and an episode is cut at 108,000 frames (30 minutes).
+with up to 30 random no-op frames (``noop_max``; or agent steps, ``noop_unit``), FIRE is pressed after
+a reset and after each lost life in games that wait for it (``fire_reset``), and an episode is cut at
+108,000 frames (30 minutes).
 
 Training and evaluation use this one class, so they see identical observations for
 identical emulator states; they differ only in what they do with ``StepResult``:
