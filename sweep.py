@@ -49,7 +49,7 @@ from rliable import metrics
 from tqdm import tqdm
 
 import plot
-from utils_apex import RayStartError
+from utils_apex import RayStartError, first_line
 from utils_config import (
     available_cpus,
     available_memory,
@@ -585,7 +585,7 @@ def collect(out: Path, left_out: dict[str, str] | None = None) -> dict[str, dict
             if not isinstance(steps, int) or isinstance(steps, bool) or steps <= 0:
                 raise ValueError(f"--steps {steps!r}")
         except (RunLogError, CheckpointError, OSError, KeyError, TypeError, ValueError, AttributeError) as error:
-            left_out[folder.name] = f"its configuration (config.json) cannot be read: {first_words(error)}"
+            left_out[folder.name] = f"its configuration (config.json) cannot be read: {first_line(error)}"
             continue
         if game_name(env) != game:
             left_out[folder.name] = f"the folder is named for {game}, but its run played {game_name(env)}"
@@ -601,12 +601,6 @@ def collect(out: Path, left_out: dict[str, str] | None = None) -> dict[str, dict
             for _, values in rows
         ]
     return results
-
-
-def first_words(error: Exception) -> str:
-    """An error's message in one short line."""
-    text = str(error).splitlines()[0] if str(error) else type(error).__name__
-    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def summarize(out: Path, samples: int = BOOTSTRAP_SAMPLES) -> dict[str, Any]:
