@@ -6,6 +6,7 @@ the defaults learn Breakout beside CleanRL's reference.
     python bench.py --quick   # under a minute, rougher (used by the tests)
     python bench.py --apex    # Ape-X's parts: actors, learner, object store (needs ray)
     python bench.py --learning --steps 150000 [--prioritized]   # about 25 minutes: learning speed
+    python bench.py --gpu --cleanrl DQN_ATARI [--cleanrl-path SITE]  # on a GPU: scripts/gpu_check.sh
 
 A DQN loop on a CPU is bounded by one gradient step every ``train_every`` agent steps plus
 one forward pass and one emulator step per agent step. ``bound_uniform_sps`` is that limit, timed
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import json
 import os
@@ -56,12 +58,16 @@ BATCH = 32
 
 
 def median_seconds(fn: Callable[[], Any], repeats: int, warmup: int = 3) -> float:
+    """The median wall time of ``fn`` with the work it left queued on a GPU done."""
+    synchronize = torch.cuda.synchronize if torch.cuda.is_available() else lambda: None
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeats):
+        synchronize()
         start = time.perf_counter()
         fn()
+        synchronize()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -90,30 +96,63 @@ def bench_network(n_actions: int, device: torch.device, repeats: int) -> dict[st
     }
 
 
-def bench_work_in_loop_order(
-    env_id: str, device: torch.device, prioritized: bool, train_every: int, repeats: int
-) -> float:
-    """Milliseconds of the work a training loop cannot skip, in its order: a batch sampled from the
+def loop_work(
+    env_id: str,
+    device: torch.device,
+    prioritized: bool,
+    train_every: int,
+    frames_on_device: bool = False,
+    seconds: dict[str, float] | None = None,
+    cuda_graphs: bool = False,
+) -> Callable[[], None]:
+    """One cycle of the work a training loop cannot skip, in its order: a batch sampled from the
     replay memory, a learning step on it and the batch's new priorities, then ``train_every``
-    greedy actions, emulator steps and pushes into the memory."""
+    greedy actions, emulator steps and pushes into the memory. Each part is labelled for
+    torch.profiler; with ``seconds``, each part's wall time is added there, its GPU work included
+    (a wait for the GPU after each part, which the loop itself does not have)."""
     env = AtariEnv(env_id, seed=0)
     env.reset()
-    agent = Agent(env.n_actions, device)
+    agent = Agent(env.n_actions, device, cuda_graphs=cuda_graphs)
     memory_type = PrioritizedReplayMemory if prioritized else ReplayMemory
-    memory = filled_memory(memory_type(CAPACITY), 4_000)  # the loop benchmark's memory when it ends
+    memory = memory_type(CAPACITY, device=device, frames_on_device=frames_on_device)
+    filled_memory(memory, 4_000)  # the loop benchmark's memory when it ends
     state = memory.sample(1).states[0].cpu().numpy()
+    synchronize = torch.cuda.synchronize if device.type == "cuda" else lambda: None
+
+    @contextlib.contextmanager
+    def part(name: str) -> Any:
+        start = time.perf_counter()
+        with torch.profiler.record_function(name):
+            yield
+        if seconds is not None:
+            synchronize()
+            seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - start
 
     def cycle() -> None:
-        batch = memory.sample(BATCH, 0.4)
-        memory.update_priorities(batch.indices, agent.learn(batch).td_errors)
+        with part("sample"):
+            batch = memory.sample(BATCH, 0.4)
+        with part("learn"):
+            result = agent.learn(batch)
+        with part("priorities"):
+            memory.update_priorities(batch.indices, result.td_errors)
         for _ in range(train_every):
-            action = agent.act(state, 0.0)
-            result = env.step(action)
-            memory.push(result.frame, action, result.reward, result.terminated, False)
+            with part("act"):
+                action = agent.act(state, 0.0)
+            with part("env step"):
+                result = env.step(action)
+            with part("push"):
+                memory.push(result.frame, action, result.reward, result.terminated, False)
             if result.terminated or result.truncated:
                 env.reset()
 
-    return 1e3 * median_seconds(cycle, repeats)
+    return cycle
+
+
+def bench_work_in_loop_order(
+    env_id: str, device: torch.device, prioritized: bool, train_every: int, repeats: int
+) -> float:
+    """Milliseconds of one ``loop_work`` cycle."""
+    return 1e3 * median_seconds(loop_work(env_id, device, prioritized, train_every), repeats)
 
 
 def bench_env(env_id: str, steps: int) -> float:
@@ -151,8 +190,12 @@ def bench_loop(
         if prioritized:
             argv.append("--prioritized")
         args, _ = parse_config([*argv, *extra])
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            return main.train(args, None)
+        errors = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(errors):
+            summary = main.train(args, None)
+        if summary.exit_code != 0:
+            raise RuntimeError(f"the training loop failed: {errors.getvalue().strip().splitlines()[-1:]}")
+        return summary
 
 
 def filled_memory(memory: ReplayMemory, steps: int) -> ReplayMemory:
@@ -379,7 +422,7 @@ APEX_ROWS = [
 
 def table(figures: dict[str, Any], rows: list[tuple[str, str, str]] = ROWS) -> str:
     width = max(len(label) for _, label, _ in rows)
-    lines = [f"{label:<{width}}  {figures[key]:>10{fmt}}" for key, label, fmt in rows]
+    lines = [f"{label:<{width}}  {figures[key]:>10{fmt}}" for key, label, fmt in rows if key in figures]
     if "settings" not in figures:
         return "\n".join(lines)
     settings = figures["settings"]
@@ -390,6 +433,191 @@ def table(figures: dict[str, Any], rows: list[tuple[str, str, str]] = ROWS) -> s
         f"torch {settings['torch']}, ale-py {settings['ale_py']}; memories at capacity {CAPACITY:,})"
     )
     return "\n".join(lines)
+
+
+# The GPU check (scripts/gpu_check.sh): our loop beside CleanRL's dqn_atari.py on the same GPU, the
+# same game and CleanRL's default hyperparameters (a memory of 1M steps, batch 32, learning every 4
+# steps, a target sync every 1,000, Adam at 1e-4), its exploration (epsilon from 1 to 0.01 over the
+# first tenth of the steps), only shorter: SIDE_STEPS steps, learning from SIDE_LEARNING_STARTS. Each
+# loop's steps/s is taken from SIDE_LEARNING_STARTS to the end, our evaluations left out.
+SIDE_STEPS, SIDE_LEARNING_STARTS, SIDE_MEMORY = 12_000, 4_000, 1_000_000
+
+
+def side_flags(steps: int, memory_size: int) -> list[str]:
+    """Our main.py flags for the side-by-side settings (with bench_loop's, which sets the steps)."""
+    return [
+        "--memory-size", str(memory_size), "--batch-size", "32", "--train-every", "4", "--target-every", "1000",
+        "--lr", "1e-4", "--eps-start", "1", "--eps-end", "0.01", "--eps-decay-steps", str(steps // 10),
+    ]  # fmt: skip
+
+
+def cleanrl_flags(steps: int, learning_starts: int, memory_size: int) -> list[str]:
+    """CleanRL's dqn_atari.py flags for the same settings."""
+    return [
+        "--env-id", "BreakoutNoFrameskip-v4", "--total-timesteps", str(steps), "--learning-starts", str(learning_starts),
+        "--buffer-size", str(memory_size), "--batch-size", "32", "--train-frequency", "4",
+        "--target-network-frequency", "1000", "--learning-rate", "1e-4", "--start-e", "1", "--end-e", "0.01",
+        "--exploration-fraction", "0.1",
+    ]  # fmt: skip
+
+
+def cleanrl_sps(script: Path, site: str | None, steps: int, learning_starts: int, memory_size: int) -> float:
+    """Steps/s of CleanRL's dqn_atari.py (``script``, run with ``site`` first on its path) from its
+    first learning step to its last: it prints ``SPS: global_step / seconds since its start`` every 100
+    steps once learning (from step learning_starts + 100), so each line dates its step."""
+    environment = {**os.environ, **({"PYTHONPATH": site} if site else {})}
+    with tempfile.TemporaryDirectory() as folder:  # it writes runs/<name>/ where it runs
+        command = [sys.executable, str(script.resolve()), *cleanrl_flags(steps, learning_starts, memory_size)]
+        done = subprocess.run(command, cwd=folder, env=environment, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"CleanRL's {script.name} failed: {done.stderr.strip().splitlines()[-3:]}")
+    rates = [int(line.split()[1]) for line in done.stdout.splitlines() if line.startswith("SPS:")]
+    if len(rates) < 2:
+        raise RuntimeError(f"CleanRL's {script.name} printed {len(rates)} SPS lines; too few to time its learning")
+    first, last = learning_starts + 100, learning_starts + 100 * len(rates)
+    return (last - first) / (last / rates[-1] - first / rates[0])
+
+
+def profile_phases(
+    env_id: str, device: torch.device, prioritized: bool, cycles: int, cuda_graphs: bool
+) -> dict[str, Any]:
+    """Where an agent step's time goes, over ``cycles`` of ``loop_work`` (frames on the device): the
+    wall milliseconds per agent step of each part, and torch.profiler's table of the operations with
+    the most device time (a second pass, without the waits)."""
+    seconds: dict[str, float] = {}
+    cycle = loop_work(env_id, device, prioritized, 4, True, seconds, cuda_graphs)
+    for _ in range(5):
+        cycle()
+    seconds.clear()
+    for _ in range(cycles):
+        cycle()
+    per_step = {part: 1e3 * total / (4 * cycles) for part, total in seconds.items()}
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    cycle = loop_work(env_id, device, prioritized, 4, True, None, cuda_graphs)
+    with torch.profiler.profile(activities=activities) as profiler:
+        for _ in range(cycles):
+            cycle()
+    sort_by = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    return {"ms_per_step": per_step, "table": profiler.key_averages().table(sort_by=sort_by, row_limit=15)}
+
+
+def compiled_train_step_ms(n_actions: int, device: torch.device, repeats: int) -> dict[str, Any]:
+    """The learning step with its networks through torch.compile, default and with CUDA graphs
+    (mode reduce-overhead); an error instead of a time where compiling fails."""
+    figures: dict[str, Any] = {}
+    batch = random_batch(np.random.default_rng(0), n_actions, device)
+    for mode in ("default", "reduce-overhead"):
+        agent = Agent(n_actions, device)
+        agent.online = torch.compile(agent.online, mode=mode)
+        agent.target = torch.compile(agent.target, mode=mode)
+        try:
+            seconds = median_seconds(functools.partial(agent.learn, batch), repeats, warmup=10)
+            figures[f"train_step_compiled_{mode}_ms"] = 1e3 * seconds
+        except Exception as error:  # a compiler that fails on this machine is a finding, not a crash
+            figures[f"train_step_compiled_{mode}_ms"] = f"{type(error).__name__}: {str(error)[:200]}"
+    return figures
+
+
+COMPILE_BY = 240  # seconds into run_gpu after which compiling is left out, so the GPU check ends in time
+
+
+def run_gpu(cleanrl: Path | None, site: str | None, quick: bool) -> dict[str, Any]:
+    """The device figures of the README's GPU section: the learning step (eager and compiled), where
+    a step's time goes, our loop's steps/s with uniform and prioritized replay, frames on the device
+    and in host RAM, beside CleanRL's (alternating ours and theirs), and the GPU memory of 1M steps."""
+    device = pick_device("auto")
+    env_id = resolve_env_id("Breakout")
+    n_actions = AtariEnv(env_id, 0).n_actions
+    steps, learning_starts, memory_size = (
+        (1_500, 500, 20_000) if quick else (SIDE_STEPS, SIDE_LEARNING_STARTS, SIDE_MEMORY)
+    )
+    flags = side_flags(steps, memory_size)
+    started = time.perf_counter()
+    figures: dict[str, Any] = bench_network(n_actions, device, repeats=10 if quick else 200)
+    graphs = device.type == "cuda"
+    if graphs:
+        graphed = Agent(n_actions, device, cuda_graphs=True)
+        batch = random_batch(np.random.default_rng(0), n_actions, device)
+        figures["train_step_graphed_ms"] = 1e3 * median_seconds(functools.partial(graphed.learn, batch), 200, 10)
+    profile = profile_phases(env_id, device, False, 10 if quick else 100, graphs)
+    figures["ms_per_step"], figures["profile_table"] = profile["ms_per_step"], profile["table"]
+
+    def ours(prioritized: bool, memory_device: str, cuda_graphs: bool) -> float:
+        extra = [*flags, "--memory-device", memory_device, "--cuda-graphs" if cuda_graphs else "--no-cuda-graphs"]
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        summary = bench_loop(env_id, prioritized, learning_starts, steps - learning_starts, 4, extra=extra)
+        if device.type == "cuda" and memory_device == "device" and not prioritized:
+            figures["gpu_memory_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        return summary.learning_steps_per_second
+
+    # The default loop (frames on the device, the learning step a CUDA graph where there is one) and
+    # CleanRL's alternating, so that a drift of the machine hits both alike; then the variants.
+    rounds: dict[str, list[float]] = {}
+    for _ in range(2):
+        rounds.setdefault("uniform_device", []).append(ours(False, "device", graphs))
+        if cleanrl is not None and "cleanrl_error" not in figures:
+            try:
+                sps = cleanrl_sps(cleanrl, site, steps, learning_starts, memory_size)
+            except RuntimeError as error:  # our figures still count
+                figures["cleanrl_error"] = str(error)
+            else:
+                rounds.setdefault("cleanrl", []).append(sps)
+    variants = [("uniform_host", False, "host", graphs), ("prioritized_device", True, "device", graphs)]
+    if graphs:
+        variants.append(("uniform_device_no_graphs", False, "device", False))
+    for name, prioritized, memory_device, cuda_graphs in variants:
+        rounds[name] = [ours(prioritized, memory_device, cuda_graphs)]
+    if graphs and not quick and time.perf_counter() - started < COMPILE_BY:
+        figures.update(compiled_train_step_ms(n_actions, device, 200))  # last: compiling can take minutes
+    figures["sps_rounds"] = rounds
+    for name, values in rounds.items():
+        figures[f"sps_{name}"] = statistics.mean(values)
+    if rounds.get("cleanrl"):
+        figures["ours_over_cleanrl"] = figures["sps_uniform_device"] / figures["sps_cleanrl"]
+    figures["device_over_host_memory"] = figures["sps_uniform_device"] / figures["sps_uniform_host"]
+    figures["prioritized_over_uniform"] = figures["sps_prioritized_device"] / figures["sps_uniform_device"]
+    if graphs:
+        figures["graphs_over_no_graphs"] = figures["sps_uniform_device"] / figures["sps_uniform_device_no_graphs"]
+    figures["hours_per_10m_steps"] = 10_000_000 / figures["sps_uniform_device"] / 3600
+    figures["settings"] = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
+        "game": env_id,
+        "steps": steps,
+        "learning_starts": learning_starts,
+        "flags": flags,
+        "cleanrl_flags": cleanrl_flags(steps, learning_starts, memory_size) if cleanrl is not None else None,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "ale_py": ale_py.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+        "cpus": available_cpus(),
+        "quick": quick,
+        "cuda_graphs": graphs,
+    }
+    return figures
+
+
+GPU_ROWS = [
+    ("train_step_ms", "one learning step, batch 32 (ms)", ".3f"),
+    ("train_step_graphed_ms", "the same as one CUDA graph (--cuda-graphs) (ms)", ".3f"),
+    ("act_ms", "one greedy action, batch 1 (ms)", ".3f"),
+    ("sps_uniform_device", "our loop, uniform, frames on the device (steps/s)", ".1f"),
+    ("sps_uniform_host", "our loop, uniform, frames in host RAM (steps/s)", ".1f"),
+    ("sps_prioritized_device", "our loop, prioritized, frames on the device (steps/s)", ".1f"),
+    ("sps_uniform_device_no_graphs", "our loop, uniform, frames on the device, --no-cuda-graphs (steps/s)", ".1f"),
+    ("graphs_over_no_graphs", "uniform: --cuda-graphs / --no-cuda-graphs", ".3f"),
+    ("device_over_host_memory", "uniform: device memory / host memory", ".3f"),
+    ("prioritized_over_uniform", "frames on the device: prioritized / uniform", ".3f"),
+    ("hours_per_10m_steps", "10M steps at the uniform loop's rate (hours, evaluations excluded)", ".2f"),
+]
+CLEANRL_ROWS = [
+    ("sps_cleanrl", "CleanRL's dqn_atari.py, same settings (steps/s)", ".1f"),
+    ("ours_over_cleanrl", "ours (uniform, device memory) / CleanRL's", ".3f"),
+]
 
 
 # The learning benchmark: main.py --preset cleanrl-short (CleanRL's dqn_atari.py settings for a
@@ -621,6 +849,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     )
     # One loop in a process of its own, printing its steps/s: what --shared starts.
     parser.add_argument("--apex", action="store_true", help="only Ape-X's parts (needs ray; a few minutes)")
+    parser.add_argument(
+        "--gpu", action="store_true", help="the GPU check's figures (scripts/gpu_check.sh; about 5 minutes on a GPU)"
+    )
+    parser.add_argument("--cleanrl", type=Path, help="with --gpu: CleanRL's dqn_atari.py, timed beside our loop")
+    parser.add_argument("--cleanrl-path", help="with --gpu: the folder of CleanRL's packages, first on its path")
     parser.add_argument("--loop", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--loop-steps", type=int, nargs=2, default=(1000, 3000), help=argparse.SUPPRESS)
     learning = parser.add_argument_group(
@@ -671,6 +904,12 @@ if __name__ == "__main__":
     if arguments.apex:
         results = bench_apex(env_id, arguments.quick)
         print(json.dumps(results, indent=2) if arguments.json else table(results, APEX_ROWS))
+        sys.exit(0)
+    if arguments.gpu:
+        results = run_gpu(arguments.cleanrl, arguments.cleanrl_path, arguments.quick)
+        rows = GPU_ROWS + (CLEANRL_ROWS if arguments.cleanrl else [])
+        figures = {name: value for name, value in results.items() if name != "settings"}
+        print(json.dumps(results, indent=2) if arguments.json else table(figures, rows))
         sys.exit(0)
     if arguments.shared:
         results = bench_shared(env_id, arguments.quick, arguments.train_every, arguments.threads)

@@ -44,6 +44,7 @@ from utils_config import (
     keep_freed_memory,
     learner_threads,
     learning_config,
+    memory_on_device,
     parse_config,
     pick_device,
     program,
@@ -314,7 +315,9 @@ class Trainer:
         remove_leftovers(out)
         device = pick_device(args.device)
         threads = use_threads(learner_threads(args))
-        print(f"Run folder: {out}  ({args.env}, device {device}, {threads} CPU threads)", flush=True)
+        frames_on_device = memory_on_device(args)
+        where = f"replay memory on {device}" if frames_on_device else "replay memory in host RAM"
+        print(f"Run folder: {out}  ({args.env}, device {device}, {where}, {threads} CPU threads)", flush=True)
         if args.actors and args.ray_address is None and args.replay_ratio == "free":
             note = local_cpus_note(args.actors, available_cpus())
             if note:
@@ -323,11 +326,11 @@ class Trainer:
         self.agent = Agent(env.n_actions, device, seed=args.seed, **agent_options(args))
         # A checkpoint holds the online and target weights and Adam's two moments.
         check_free_space(out, 4 * sum(p.numel() * p.element_size() for p in self.agent.online.parameters()))
-        self.memory = build_memory(args, device)
+        self.memory = build_memory(args, device, frames_on_device)
         self.player = None if args.actors else Player(env, self.memory)  # Ape-X: the actors play
         self.progress = Progress()
         self.updates = 0  # gradient steps taken in this process
-        self.loss = self.mean_q = math.nan
+        self.averages: torch.Tensor | None = None  # the loss and mean Q, exponential averages, on the device
         self.beta = args.beta0
         self.status: dict[str, Any] = {}  # shown on the progress bar: what the loop knows beyond the steps
         self.started, self.wall_base, self.evaluation_seconds = time.perf_counter(), 0.0, 0.0
@@ -414,16 +417,28 @@ class Trainer:
         self.beta = linear_schedule(step, self.args.beta0, 1.0, self.args.steps)
         batch = self.memory.sample(self.args.batch_size, self.beta)
         result = self.agent.learn(batch)
-        if not math.isfinite(result.loss):
-            raise TrainingDiverged(f"training diverged: the loss became {result.loss} at step {step}")
-        self.memory.update_priorities(batch.indices, result.td_errors)
+        self.memory.update_priorities(batch.indices, result.td_errors)  # uniform: never read
         self.updates += 1
-        self.loss = result.loss if math.isnan(self.loss) else 0.99 * self.loss + 0.01 * result.loss
-        self.mean_q = result.mean_q if math.isnan(self.mean_q) else 0.99 * self.mean_q + 0.01 * result.mean_q
+        # Averages kept on the device, read when shown: a read per step would make the host wait
+        # for every learning step on a GPU. A loss that stops being finite stays so in its average.
+        if self.averages is None:
+            self.averages = torch.stack([result.loss, result.mean_q])
+        else:
+            self.averages.lerp_(torch.stack([result.loss, result.mean_q]), 0.01)
+
+    def read_averages(self) -> tuple[float, float]:
+        """The loss and mean Q averages (nan before learning); a loss gone infinite or nan is divergence."""
+        if self.averages is None:
+            return math.nan, math.nan
+        loss, mean_q = self.averages.tolist()
+        if not math.isfinite(loss):
+            raise TrainingDiverged(f"training diverged: the loss became {loss} by step {self.progress.step}")
+        return loss, mean_q
 
     def show_progress(self, epsilon: float) -> None:
         progress = self.progress
-        postfix = {"loss": f"{self.loss:.4f}", "episodes": progress.episodes}
+        loss, mean_q = self.read_averages()
+        postfix = {"loss": f"{loss:.4f}", "episodes": progress.episodes}
         if not self.args.actors:
             postfix["eps"] = f"{epsilon:.3f}"
         else:  # each actor has its own epsilon; env steps/s is the bar's own rate
@@ -435,7 +450,7 @@ class Trainer:
         self.bar.set_postfix(**postfix, **self.status, eval=progress.last_score, refresh=False)
         if self.writer:
             now = self.loop_clock()
-            scalars = {"epsilon": epsilon, "loss": self.loss, "mean_q": self.mean_q}
+            scalars = {"epsilon": epsilon, "loss": loss, "mean_q": mean_q}
             scalars["steps_per_second"] = (progress.step - self.log_mark[0]) / (now - self.log_mark[1])
             if self.args.prioritized:
                 scalars["beta"] = self.beta
@@ -445,6 +460,7 @@ class Trainer:
 
     def save(self, path: Path, line: str | None) -> None:
         args, progress = self.args, self.progress
+        self.read_averages()  # a diverged loss is never saved
         if not self.agent.weights_finite():
             raise TrainingDiverged(f"training diverged: the weights are no longer finite at step {progress.step}")
         if args.save_memory:
@@ -583,10 +599,11 @@ def agent_options(args: argparse.Namespace) -> dict[str, Any]:
         "network": args.network,
         "separate_target": args.target_every > 1,  # a target updated every step is the online network
         "augment": args.augment,
+        "cuda_graphs": args.cuda_graphs,
     }
 
 
-def build_memory(args: argparse.Namespace, device: torch.device) -> ReplayMemory:
+def build_memory(args: argparse.Namespace, device: torch.device, frames_on_device: bool) -> ReplayMemory:
     memory_type = PrioritizedReplayMemory if args.prioritized else ReplayMemory
     options = {"alpha": args.alpha, "priority_eps": args.priority_eps} if args.prioritized else {}
     return memory_type(
@@ -597,6 +614,7 @@ def build_memory(args: argparse.Namespace, device: torch.device) -> ReplayMemory
         gamma=args.gamma,
         streams=max(1, args.actors),  # Ape-X: one stream per actor
         stack_rule=stack_rule(args),
+        frames_on_device=frames_on_device,
         **options,
     )
 

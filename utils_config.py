@@ -28,7 +28,7 @@ from utils_run import MEMORY_FILE, REWARDS_FILE, load_newest_checkpoint
 
 # Options that may differ when a run is resumed; all others must match the saved run.
 RESUMABLE_OPTIONS = {
-    "steps", "device", "threads", "render", "save_memory", "tensorboard", "resume",
+    "steps", "device", "memory_device", "cuda_graphs", "threads", "render", "save_memory", "tensorboard", "resume",
     "replay_ratio", "weights_every", "chunk_steps", "actor_timeout", "ray_address",
 }  # fmt: skip
 # Options that --evaluate takes from the user; the others come from the checkpoint. Of these, a
@@ -37,6 +37,10 @@ PLAYBACK_OPTIONS = {
     "evaluate", "eval_episodes", "eval_epsilon", "render", "device", "threads", "seed", "out", "sticky_actions",
 }  # fmt: skip
 PLAYBACK_DEFAULTS = ("eval_episodes", "render")
+MEMORY_DEVICES = ("auto", "host", "device")
+SCALAR_BYTES = 7  # a step's action, reward, terminal and game-start flags, besides its frame
+# GPU memory left for the two networks, Adam's moments, a batch's activations and cuDNN's workspaces.
+DEVICE_HEADROOM = 2 * 2**30
 # Up to 30 no-op frames and a FIRE start a game; 100 frames leave at least 16 agent steps to learn from.
 MIN_EPISODE_FRAMES = 100
 MIN_PLAY_FRAMES = FRAME_SKIP * (1 + 16)  # after the most no-ops: a FIRE step and 16 agent steps
@@ -196,6 +200,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="run folder (default: runs/<game>-seed<seed>[-per][-double][-dueling][-nN][-apexN][-<preset>])",
     )
     add("--device", default="auto", help="auto picks cuda, then mps, then cpu")
+    switch("--cuda-graphs", "on a CUDA device, replay the learning step as one CUDA graph (not with --augment)")
+    add(
+        "--memory-device",
+        choices=MEMORY_DEVICES,
+        default="auto",
+        help="where the replay memory's frames live: host RAM, or the training device (--device); auto: a CUDA "
+        "device when they fit in its free memory, else host RAM",
+    )
     add(
         "--threads",
         type=threads_option,
@@ -492,6 +504,15 @@ def check_training(parser: argparse.ArgumentParser, args: argparse.Namespace, re
     """What training needs beyond valid values: room for the memory, learning that starts before
     the run ends, and a run folder that holds no other run."""
     needed, what = memory_bytes(args.memory_size), f"--memory-size {args.memory_size:,}"
+    if memory_on_device(args):
+        device = pick_device(args.device)
+        free = device_free_memory(device)
+        if needed + DEVICE_HEADROOM > free:
+            parser.error(
+                f"{what} needs {needed / 2**30:.1f} GiB on {device}, {free / 2**30:.1f} GiB is free there and "
+                f"{DEVICE_HEADROOM / 2**30:.0f} GiB stays for the networks; choose a smaller one or --memory-device host"
+            )
+        needed = args.memory_size * SCALAR_BYTES  # the host keeps the scalars alone
     if args.actors and args.ray_address is None:  # the actors' processes run here too
         needed += args.actors * actor_bytes(args.chunk_steps, args.n_step)
         what += f" with --actors {args.actors}"
@@ -517,7 +538,20 @@ def check_training(parser: argparse.ArgumentParser, args: argparse.Namespace, re
 
 def memory_bytes(memory_size: int) -> int:
     """RAM of a replay memory of ``memory_size`` steps: one frame and 7 bytes of scalars each."""
-    return memory_size * (FRAME_SIZE * FRAME_SIZE + 7)
+    return memory_size * (FRAME_SIZE * FRAME_SIZE + SCALAR_BYTES)
+
+
+def memory_on_device(args: argparse.Namespace) -> bool:
+    """Whether ``--memory-device`` puts the replay memory's frames on the training device."""
+    if args.memory_device != "auto":
+        return args.memory_device == "device"
+    device = pick_device(args.device)
+    return device.type == "cuda" and memory_bytes(args.memory_size) + DEVICE_HEADROOM <= device_free_memory(device)
+
+
+def device_free_memory(device: torch.device) -> int:
+    """Bytes free on ``device``: CUDA's own count; other devices share host RAM."""
+    return torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else available_memory()
 
 
 def default_out(args: argparse.Namespace) -> str:

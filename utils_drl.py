@@ -48,6 +48,7 @@ class Agent:
         network: str = "nature",
         separate_target: bool = True,
         augment: str = "none",
+        cuda_graphs: bool = False,
         stack_depth: int = 4,
         frame_size: int = 84,
         seed: int = 0,
@@ -73,8 +74,18 @@ class Agent:
         self.augment_rng = torch.Generator().manual_seed(seed) if self.augmentation else None
         # The fused kernel updates all parameters in one pass: a quarter off a CPU learning step.
         fused = True if self.device.type in ("cpu", "cuda") else None
-        self.optimizer = torch.optim.Adam(self.online.parameters(), lr=lr, eps=adam_eps, fused=fused)
+        # On a GPU the learning step can be one CUDA graph (see GraphedLearning); not with an
+        # augmentation, whose draws come from a generator on the host.
+        self.graphs = cuda_graphs and self.device.type == "cuda" and self.augmentation is None
+        self.optimizer = torch.optim.Adam(
+            self.online.parameters(), lr=lr, eps=adam_eps, fused=fused, capturable=self.graphs
+        )
+        self.graphed: GraphedLearning | None = None
+        self.eager_steps = 0  # learning steps taken before the graph is captured
         self.rng = np.random.default_rng(seed)
+        # A state goes to a GPU through one page-locked buffer; act's own read of the action waits
+        # for the forward pass, so the buffer is free again before the next action.
+        self.state_buffer = torch.empty(0, dtype=torch.uint8, pin_memory=self.device.type == "cuda")
 
     def act(self, state: np.ndarray, epsilon: float, rng: np.random.Generator | None = None) -> int:
         """Epsilon-greedy action for one (stack, H, W) uint8 state."""
@@ -82,8 +93,17 @@ class Agent:
         if rng.random() < epsilon:
             return int(rng.integers(self.n_actions))
         with torch.inference_mode():
-            q_values = self.online(torch.from_numpy(state).to(self.device).unsqueeze(0))
+            q_values = self.online(self.on_device(state).unsqueeze(0))
         return int(q_values.argmax(dim=1).item())
+
+    def on_device(self, state: np.ndarray) -> torch.Tensor:
+        """One state on the device: through the page-locked buffer on a GPU, shared on the CPU."""
+        if self.device.type != "cuda":
+            return torch.from_numpy(state).to(self.device)
+        if self.state_buffer.shape != state.shape:
+            self.state_buffer = torch.empty(state.shape, dtype=torch.uint8, pin_memory=True)
+        self.state_buffer.numpy()[:] = state
+        return self.state_buffer.to(self.device, non_blocking=True)
 
     def td_targets(self, batch: Batch) -> torch.Tensor:
         """The n-step return plus the discounted max_a' Q_target(s', a') (or the Double DQN value);
@@ -105,12 +125,28 @@ class Agent:
 
     def learn(self, batch: Batch) -> LearnResult:
         """One gradient step on the importance-weighted TD loss (on augmented frames with an
-        ``augment`` other than none: the states, then the next states, each get their own draws)."""
+        ``augment`` other than none: the states, then the next states, each get their own draws).
+        Its results stay on the device: reading them makes the host wait for the step."""
+        if self.graphs:
+            if self.graphed is None and self.eager_steps >= GraphedLearning.WARMUP_STEPS:
+                self.graphed = GraphedLearning(self._step, batch, list(self.online.parameters()))
+            if self.graphed is not None:
+                return self.graphed(batch)
+            self.eager_steps += 1
+            side = torch.cuda.Stream(self.device)  # warm-up steps run beside the capture's stream
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                result = self._step(batch)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            return result
         if self.augmentation is not None:
             batch = batch._replace(
                 states=self.augmentation.apply(batch.states, self.augment_rng),
                 next_states=self.augmentation.apply(batch.next_states, self.augment_rng),
             )
+        return self._step(batch)
+
+    def _step(self, batch: Batch) -> LearnResult:
         q = self._taken_q(batch)
         targets = self.td_targets(batch)
         loss = (batch.weights * self.loss_function(q, targets, reduction="none")).mean()
@@ -119,8 +155,8 @@ class Agent:
         if math.isfinite(self.grad_clip):  # an infinite clip only scales by 1: 3% of a step saved
             torch.nn.utils.clip_grad_norm_(self.online.parameters(), self.grad_clip)
         self.optimizer.step()
-        td_errors = (targets - q.detach()).abs().cpu().numpy()
-        return LearnResult(loss.item(), q.detach().mean().item(), td_errors)
+        q = q.detach()
+        return LearnResult(loss.detach(), q.mean(), (targets - q).abs())
 
     def _taken_q(self, batch: Batch) -> torch.Tensor:
         return self.online(batch.states).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
@@ -144,6 +180,7 @@ class Agent:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.graphed = None  # Adam's state becomes new tensors: the next steps capture a new graph
         self.online.load_state_dict(state["online"])
         self.target.load_state_dict(state["target"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -171,6 +208,36 @@ def random_intensity(frames: torch.Tensor, scale: float, generator: torch.Genera
     sample multiplied by 1 + scale * clip(N(0, 1), -2, 2). Float frames on the 0-255 scale out."""
     noise = torch.randn(frames.shape[0], generator=generator).clamp_(-2.0, 2.0).to(frames.device)
     return frames * (1.0 + scale * noise).view(-1, 1, 1, 1)
+
+
+class GraphedLearning:
+    """A learning step captured once as a CUDA graph and replayed for each batch: the host then
+    launches one graph instead of a hundred kernels, which on a GPU is most of a step's time. The
+    batch is copied into the graph's own input tensors; the parameters, the gradients and Adam's
+    state (capturable) are updated in place, so a target sync and a checkpoint see the same
+    tensors (loading a state replaces Adam's, so ``Agent.load_state_dict`` drops the graph). Warm-up steps on a side stream come first, as
+    PyTorch's CUDA graph notes ask, so that the libraries' workspaces exist before the capture."""
+
+    WARMUP_STEPS = 3
+
+    def __init__(self, step: Callable[[Batch], LearnResult], batch: Batch, parameters: list[torch.Tensor]) -> None:
+        self.inputs = batch._replace(**{name: getattr(batch, name).clone() for name in self.tensor_fields(batch)})
+        self.graph = torch.cuda.CUDAGraph()
+        for parameter in parameters:
+            parameter.grad = None  # the captured backward allocates the gradients in the graph's pool
+        with torch.cuda.graph(self.graph):
+            self.outputs = step(self.inputs)
+
+    @staticmethod
+    def tensor_fields(batch: Batch) -> list[str]:
+        return [name for name in batch._fields if isinstance(getattr(batch, name), torch.Tensor)]
+
+    def __call__(self, batch: Batch) -> LearnResult:
+        for name in self.tensor_fields(batch):
+            getattr(self.inputs, name).copy_(getattr(batch, name))
+        self.graph.replay()
+        # Copies: the next replay overwrites the graph's outputs.
+        return LearnResult(*(output.clone() for output in self.outputs))
 
 
 class Augmentation(NamedTuple):

@@ -29,6 +29,12 @@ lost life), and with ``zero_fill`` the frames before the stop are zeros, not rep
 
 Windows that end with a terminal step are sampleable: their next state is never used (its
 discount is 0).
+
+Where the frames live: in host RAM (numpy), or with ``frames_on_device`` on the training device
+(a GPU), where a batch's stacks are gathered without crossing the host-device link. The 7 bytes
+of scalars per step stay on the host either way: every push decides from them which slots are
+sampleable (and, prioritized, their leaves in the sum tree), so the host needs them at each step;
+what crosses per batch is then its slot indices and scalars, 2.3 KB at batch 32, not 1.1 MB of frames.
 """
 
 from __future__ import annotations
@@ -43,8 +49,44 @@ import torch
 from utils_types import NATURE_STACKS, Batch, StackRule
 
 
+class HostBuffer:
+    """A host buffer whose contents go to ``device`` without the host waiting for the copy. On CUDA
+    it is page-locked (pinned), sent with ``non_blocking``, and handed out again only once the copy
+    that last read it has finished (an event, long past by then). Elsewhere each ``get`` is a fresh
+    array: a copy to the CPU would share it, and what was sent must not change."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.pinned = device.type == "cuda"
+        self.buffer = torch.empty(0, dtype=torch.uint8)
+        self.sent: torch.cuda.Event | None = None
+
+    def get(self, nbytes: int) -> np.ndarray:
+        """``nbytes`` writable host bytes, for the next ``send``."""
+        if not self.pinned:
+            self.buffer = torch.empty(nbytes, dtype=torch.uint8)
+        else:
+            if self.sent is not None:
+                self.sent.synchronize()
+            if self.buffer.numel() < nbytes:
+                self.buffer = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+        return self.buffer[:nbytes].numpy()
+
+    def send(self, nbytes: int, into: torch.Tensor | None = None) -> torch.Tensor:
+        """The first ``nbytes`` written since ``get``, on the device (copied into ``into``, uint8, if given)."""
+        source = self.buffer[:nbytes]
+        if into is None:
+            into = source.to(self.device, non_blocking=True)
+        else:
+            into.view(-1).copy_(source, non_blocking=True)
+        if self.pinned:
+            self.sent = torch.cuda.Event()
+            self.sent.record()
+        return into
+
+
 class ReplayMemory:
-    """Circular uniform replay memory in host RAM; sampled batches go to ``device`` at once.
+    """Circular uniform replay memory; sampled batches are on ``device`` at once.
 
     With ``streams`` = N the capacity is split into N stripes of ``capacity // N`` slots, each a
     circular memory of its own with its own cursor, for N players whose steps arrive interleaved
@@ -54,6 +96,7 @@ class ReplayMemory:
     """
 
     _arrays = ("frames", "actions", "rewards", "dones", "starts")
+    STAGING_ROWS = 64
 
     def __init__(
         self,
@@ -66,6 +109,7 @@ class ReplayMemory:
         gamma: float = 0.99,
         streams: int = 1,
         stack_rule: StackRule = NATURE_STACKS,
+        frames_on_device: bool = False,
     ) -> None:
         if n_step < 1 or streams < 1:
             raise ValueError(f"n_step ({n_step}) and streams ({streams}) must be 1 or more")
@@ -82,7 +126,21 @@ class ReplayMemory:
         self.n_step = n_step
         self.gamma = np.float32(gamma)
         self.device = torch.device(device)
-        self.frames = np.zeros((self.capacity, *frame_shape), dtype=np.uint8)
+        self.frames_on_device = frames_on_device
+        self.frames: np.ndarray | torch.Tensor = (
+            torch.zeros((self.capacity, *frame_shape), dtype=torch.uint8, device=self.device)
+            if frames_on_device
+            else np.zeros((self.capacity, *frame_shape), dtype=np.uint8)
+        )
+        self.batch_buffer = HostBuffer(self.device)  # a batch's frames (or slots) and scalars
+        # Pushed frames wait in a host buffer and go to the device together, before a batch is
+        # drawn or the buffer is full: one copy every few steps rather than one per step. Fewer
+        # rows than a stripe's slots, so no slot can be pushed twice into the same copy.
+        self.staging = HostBuffer(self.device)
+        self.staging_rows = min(self.STAGING_ROWS, self.stripe)
+        self.staged = 0  # frames waiting in the staging buffer
+        self.staged_slots: np.ndarray | None = None  # their slots
+        self.staged_frames: np.ndarray | None = None
         self.actions = np.zeros(self.capacity, dtype=np.uint8)
         self.rewards = np.zeros(self.capacity, dtype=np.float32)
         self.dones = np.zeros(self.capacity, dtype=bool)
@@ -101,7 +159,7 @@ class ReplayMemory:
 
     @property
     def frame_shape(self) -> tuple[int, ...]:
-        return self.frames.shape[1:]
+        return tuple(self.frames.shape[1:])
 
     def push(
         self,
@@ -120,7 +178,18 @@ class ReplayMemory:
         if size == 0 and not first:
             raise ValueError("the first step stored must start a game (first=True)")
         slot = stream * self.stripe + cursor
-        self.frames[slot] = frame
+        if self.frames_on_device:
+            if self.staged_slots is None:  # the buffer holds the slots (int64), then the frames
+                buffer = self.staging.get(self.staging_rows * (8 + frame.nbytes))
+                self.staged_slots = buffer[: 8 * self.staging_rows].view(np.int64)
+                self.staged_frames = buffer[8 * self.staging_rows :].reshape(self.staging_rows, *self.frame_shape)
+            self.staged_slots[self.staged] = slot
+            self.staged_frames[self.staged] = frame
+            self.staged += 1
+            if self.staged == self.staging_rows:
+                self.flush()
+        else:
+            self.frames[slot] = frame
         self.actions[slot] = action
         self.rewards[slot] = reward
         self.dones[slot] = done
@@ -128,6 +197,17 @@ class ReplayMemory:
         self.cursors[stream] = (cursor + 1) % self.stripe
         self.sizes[stream] = min(size + 1, self.stripe)
         return slot
+
+    def flush(self) -> None:
+        """Write the staged frames into the device's frames (one copy there, one scatter)."""
+        if not self.staged:
+            return
+        rows = self.staging_rows
+        on_device = self.staging.send(rows * 8 + self.staged_frames.nbytes)
+        slots = on_device[: 8 * rows].view(torch.int64)[: self.staged]
+        frames = on_device[8 * rows :].view(self.staged_frames.shape)[: self.staged]
+        self.frames.index_copy_(0, slots, frames)
+        self.staged, self.staged_slots, self.staged_frames = 0, None, None
 
     def sampleable(self, slots: np.ndarray) -> np.ndarray:
         """Boolean mask: which ``slots`` hold a complete, intact transition (see module doc)."""
@@ -168,8 +248,9 @@ class ReplayMemory:
         slots, windows = self._uniform_slots(batch_size)
         return self._batch(slots, np.ones(batch_size, dtype=np.float32), windows)
 
-    def update_priorities(self, slots: np.ndarray, td_errors: np.ndarray) -> None:
-        """Uniform replay has no priorities; present so both memories share one interface."""
+    def update_priorities(self, slots: np.ndarray, td_errors: np.ndarray | torch.Tensor) -> None:
+        """Uniform replay has no priorities; present so both memories share one interface (and
+        never reads ``td_errors``, which may still be on the device)."""
 
     def transitions(self, slots: np.ndarray) -> Batch:
         """The transitions of these sampleable ``slots``, as a batch with weights 1."""
@@ -192,8 +273,15 @@ class ReplayMemory:
 
     def state_dict(self) -> dict[str, Any]:
         """All contents as tensors, for ``torch.save``: each stream's filled slots, in turn."""
+        if self.frames_on_device:
+            self.flush()
         filled = self._filled_slots()
-        arrays = {name: torch.from_numpy(getattr(self, name)[filled]) for name in self._arrays}
+        arrays = {name: torch.from_numpy(getattr(self, name)[filled]) for name in self._arrays if name != "frames"}
+        arrays["frames"] = (
+            self.frames[torch.from_numpy(filled).to(self.device)].cpu()
+            if self.frames_on_device
+            else torch.from_numpy(self.frames[filled])
+        )
         return {
             **arrays,
             "capacity": self.capacity,
@@ -230,9 +318,13 @@ class ReplayMemory:
         ):
             raise ValueError("the saved replay memory does not begin with the first step of a game")
         self.sizes[:], self.cursors[:] = sizes, cursors
+        self.staged, self.staged_slots, self.staged_frames = 0, None, None  # the loaded frames replace them
         filled = self._filled_slots()
         for name, array in arrays.items():
-            getattr(self, name)[filled] = array
+            if name == "frames" and self.frames_on_device:
+                self.frames[torch.from_numpy(filled).to(self.device)] = torch.from_numpy(array).to(self.device)
+            else:
+                getattr(self, name)[filled] = array
         self.rng.bit_generator.state = state["rng"]
 
     def _filled_slots(self) -> np.ndarray:
@@ -278,28 +370,41 @@ class ReplayMemory:
         return stream * self.stripe + (self._oldest()[stream] + position) % self.stripe
 
     def _batch(self, slots: np.ndarray, weights: np.ndarray, windows: tuple[np.ndarray, ...] | None = None) -> Batch:
-        """Gather the batch into one host buffer (frames, then actions, returns, discounts and
-        weights as float32) and move it to the device in a single transfer."""
-        n = len(slots)
+        """Gather the batch into one host buffer and move it to the device in a single transfer:
+        the frames (with ``frames_on_device``, only their slots, gathered there), then actions,
+        returns, discounts and weights as float32."""
+        if self.frames_on_device:
+            self.flush()
+        n, depth = len(slots), self.stack_depth
         _, returns, discounts = self._windows(slots) if windows is None else windows
-        frames_shape = (n, self.stack_depth + self.n_step, *self.frames.shape[1:])
-        frame_bytes = math.prod(frames_shape)
-        scalars_at = -(-frame_bytes // 4) * 4  # float32 alignment
-        buffer = np.empty(scalars_at + 4 * 4 * n, dtype=np.uint8)
-        stacks, frames_out = self.stack_slots(slots), buffer[:frame_bytes].reshape(frames_shape)
-        np.take(self.frames, stacks, axis=0, out=frames_out, mode="clip")  # "clip": no extra buffered copy
-        if self.stack_rule.zero_fill:  # a column that repeats the next one lies before the stack's start
-            depth = self.stack_depth
-            frames_out[:, : depth - 1][stacks[:, : depth - 1] == stacks[:, 1:depth]] = 0
+        stacks = self.stack_slots(slots)
+        frames_shape = (n, depth + self.n_step, *self.frame_shape)
+        head_bytes = stacks.nbytes if self.frames_on_device else math.prod(frames_shape)
+        scalars_at = -(-head_bytes // 4) * 4  # float32 alignment
+        buffer = self.batch_buffer.get(scalars_at + 4 * 4 * n)
+        if self.frames_on_device:
+            buffer[:head_bytes].view(np.int64)[:] = stacks.reshape(-1)
+        else:
+            frames_out = buffer[:head_bytes].reshape(frames_shape)
+            np.take(self.frames, stacks, axis=0, out=frames_out, mode="clip")  # "clip": no extra buffered copy
+            if self.stack_rule.zero_fill:  # a column that repeats the next one lies before the stack's start
+                frames_out[:, : depth - 1][stacks[:, : depth - 1] == stacks[:, 1:depth]] = 0
         scalars = buffer[scalars_at:].view(np.float32).reshape(4, n)
         scalars[:] = [self.actions[slots], returns, discounts, weights]
-        on_device = torch.from_numpy(buffer).to(self.device)
-        frames = on_device[:frame_bytes].view(frames_shape)
+        on_device = self.batch_buffer.send(len(buffer))
+        if self.frames_on_device:
+            stacks_on_device = on_device[:head_bytes].view(torch.int64).view(stacks.shape)
+            frames = self.frames[stacks_on_device]
+            if self.stack_rule.zero_fill:
+                before_start = stacks_on_device[:, : depth - 1] == stacks_on_device[:, 1:depth]
+                frames[:, : depth - 1].masked_fill_(before_start[:, :, None, None], 0)
+        else:
+            frames = on_device[:head_bytes].view(frames_shape)
         actions, returns_on_device, discounts_on_device, weights_on_device = (
             on_device[scalars_at:].view(torch.float32).view(4, n)
         )
         return Batch(
-            states=frames[:, : self.stack_depth],
+            states=frames[:, :depth],
             actions=actions.long(),
             returns=returns_on_device,
             next_states=frames[:, self.n_step :],
@@ -424,7 +529,7 @@ class PrioritizedReplayMemory(ReplayMemory):
     MAX_PRIORITY_PERIOD = 1000
 
     def __init__(self, capacity: int, *, alpha: float = 0.6, priority_eps: float = 1e-6, **options: Any) -> None:
-        """``options`` are ReplayMemory's (stack_depth, frame_shape, device, seed)."""
+        """``options`` are ReplayMemory's (stack_depth, frame_shape, device, seed, ...)."""
         if alpha < 0 or priority_eps <= 0:
             raise ValueError(f"alpha ({alpha}) must be non-negative and priority_eps ({priority_eps}) positive")
         super().__init__(capacity, **options)
@@ -488,10 +593,13 @@ class PrioritizedReplayMemory(ReplayMemory):
         weights = (self._range_sizes().sum() * self.tree.leaves[slots] / total) ** -beta
         return self._batch(slots, (weights / weights.max()).astype(np.float32))
 
-    def update_priorities(self, slots: np.ndarray, td_errors: np.ndarray) -> None:
-        """Set the priorities of sampled ``slots`` from their TD errors. A slot that stopped
-        being sampleable since it was drawn (pushes in between) keeps its zero leaf."""
+    def update_priorities(self, slots: np.ndarray, td_errors: np.ndarray | torch.Tensor) -> None:
+        """Set the priorities of sampled ``slots`` from their TD errors (a device tensor is read
+        here: the one host read of the loop that the algorithm needs). A slot that stopped being
+        sampleable since it was drawn (pushes in between) keeps its zero leaf."""
         slots = np.asarray(slots, dtype=np.int64)
+        if isinstance(td_errors, torch.Tensor):
+            td_errors = td_errors.cpu().numpy()
         priorities = self.priority(td_errors)
         alive = self.tree.leaves[slots] > 0
         slots, priorities = slots[alive], priorities[alive]

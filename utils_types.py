@@ -31,11 +31,11 @@ class Batch(NamedTuple):
 
 
 class LearnResult(NamedTuple):
-    """What one gradient step reports back."""
+    """What one gradient step reports back, on the training device (read them only when needed)."""
 
-    loss: float
-    mean_q: float
-    td_errors: np.ndarray  # (B,) float32 |target - Q(s, a)|, for priority updates
+    loss: torch.Tensor  # () float32
+    mean_q: torch.Tensor  # () float32
+    td_errors: torch.Tensor  # (B,) float32 |target - Q(s, a)|, for priority updates
 
 
 class GameResult(NamedTuple):

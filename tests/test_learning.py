@@ -24,12 +24,20 @@ def success_rate(agent: Agent, episodes: int = 100) -> float:
 
 
 @pytest.mark.parametrize(
-    "prioritized,n_step", [(False, 1), (True, 1), (False, 3)], ids=["uniform", "prioritized", "uniform-3-step"]
+    "prioritized,n_step,device",
+    [
+        (False, 1, "cpu"),
+        (True, 1, "cpu"),
+        (False, 3, "cpu"),
+        pytest.param(True, 1, "cuda", marks=pytest.mark.cuda),  # frames on the GPU
+    ],
+    ids=["uniform", "prioritized", "uniform-3-step", "prioritized-cuda"],
 )
-def test_agent_learns_catch(prioritized, n_step):
+def test_agent_learns_catch(prioritized, n_step, device):
     memory_type = PrioritizedReplayMemory if prioritized else ReplayMemory
-    memory = memory_type(5000, frame_shape=(FRAME_SIZE, FRAME_SIZE), seed=0, n_step=n_step, gamma=0.9)
-    agent = Agent(Catch.n_actions, lr=1e-3, frame_size=FRAME_SIZE, seed=0)
+    memory = memory_type(5000, frame_shape=(FRAME_SIZE, FRAME_SIZE), seed=0, n_step=n_step, gamma=0.9,
+                         device=device, frames_on_device=device != "cpu")  # fmt: skip
+    agent = Agent(Catch.n_actions, device, lr=1e-3, frame_size=FRAME_SIZE, seed=0)
     player = Player(Catch(seed=0), memory)
     before = success_rate(agent)
     for step in range(1, STEPS + 1):

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The GPU check, on a machine with a CUDA GPU and PyTorch where nothing can be downloaded:
+#
+#     bash scripts/fetch_gpu_wheels.sh     # first, where the internet is: the wheels and CleanRL's script into .whl/
+#     bash scripts/gpu_check.sh OUT        # then on the GPU machine, with .whl/ beside the checkout
+#
+# It installs our wheels and CleanRL's, each into a folder of its own (CleanRL's pins gymnasium 0.29.1,
+# ale-py 0.9.1 and numpy 1), runs the tests marked cuda (the memories on the device, the loop end to end,
+# a resume across devices, an evaluation, Catch learnt on the GPU), then bench.py --gpu: the learning step,
+# where a step's time goes, our loop with uniform and prioritized replay, frames on the device and in host
+# RAM, beside CleanRL's dqn_atari.py with the same settings, alternating. It writes OUT/gpu_check.json (the
+# figures) and OUT/gpu_check.log (everything printed); about 7 minutes on an H100. To try it without a GPU:
+# GPU_CHECK_QUICK=1 (a short, rough bench) and WHEELS=FOLDER (wheels for this machine's Python). GPU_CHECK_TESTS=EXPR
+# runs only the cuda tests that pytest -k EXPR selects.
+set -uo pipefail
+OUT=${1:?usage: bash scripts/gpu_check.sh OUT}
+cd "$(dirname "$0")/.."
+mkdir -p "$OUT"
+exec > >(tee "$OUT/gpu_check.log") 2>&1
+PYTHON=${PYTHON:-python3}
+WORK=${GPU_CHECK_WORK:-/tmp/gpu-check}
+WHEELS=${WHEELS:-.whl}
+QUICK=${GPU_CHECK_QUICK:+--quick}
+export PYTHONUNBUFFERED=1
+
+install() {  # install FOLDER SITE: the wheels of .whl/FOLDER into SITE, offline
+    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$2" "$WHEELS/$1"/*.whl
+}
+install ours "$WORK/ours" || { echo "gpu_check: cannot install $WHEELS/ours (scripts/fetch_gpu_wheels.sh fetches it)"; exit 1; }
+install cleanrl "$WORK/cleanrl" || { echo "gpu_check: cannot install $WHEELS/cleanrl"; exit 1; }
+export PYTHONPATH=$WORK/ours
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+"$PYTHON" -c "import torch, gymnasium, ale_py; print('torch', torch.__version__, 'cuda', torch.version.cuda,
+'gymnasium', gymnasium.__version__, 'ale-py', ale_py.__version__, torch.cuda.is_available() and torch.cuda.get_device_name())"
+
+start=$SECONDS
+timeout 180 "$PYTHON" -m pytest -q -p no:cacheprovider -m cuda tests/test_device.py tests/test_learning.py \
+    ${GPU_CHECK_TESTS:+-k "$GPU_CHECK_TESTS"} --junitxml "$WORK/cuda_tests.xml"
+tests_status=$?
+tests_seconds=$((SECONDS - start))
+
+start=$SECONDS
+timeout 390 "$PYTHON" bench.py --gpu $QUICK --cleanrl "$WHEELS/cleanrl/dqn_atari_ale.py" --cleanrl-path "$WORK/cleanrl" --json \
+    >"$WORK/bench.json"
+bench_status=$?
+bench_seconds=$((SECONDS - start))
+
+"$PYTHON" - "$WORK" "$OUT/gpu_check.json" $tests_status $tests_seconds $bench_status $bench_seconds <<'EOF'
+import json, sys, xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+work, out = Path(sys.argv[1]), Path(sys.argv[2])
+tests_status, tests_seconds, bench_status, bench_seconds = map(int, sys.argv[3:])
+tests = {"exit_status": tests_status, "seconds": tests_seconds}
+if (work / "cuda_tests.xml").exists():
+    suite = ElementTree.parse(work / "cuda_tests.xml").getroot().find("testsuite")
+    tests.update({key: int(suite.get(key, 0)) for key in ("tests", "failures", "errors", "skipped")})
+try:
+    bench = json.loads((work / "bench.json").read_text())
+except (OSError, ValueError) as error:
+    bench = {"error": f"no figures ({type(error).__name__})"}
+table = bench.pop("profile_table", None)
+if table:
+    print(table)
+result = {"cuda_tests": tests, "bench": {"exit_status": bench_status, "seconds": bench_seconds, **bench}}
+out.write_text(json.dumps(result, indent=2) + "\n")
+print(json.dumps(result, indent=2))
+EOF
+[ "$tests_status" -eq 0 ] && [ "$bench_status" -eq 0 ]
