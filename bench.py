@@ -86,7 +86,7 @@ def random_batch(rng: np.random.Generator, n_actions: int, device: torch.device)
 
 
 def bench_network(n_actions: int, device: torch.device, repeats: int) -> dict[str, float]:
-    agent = Agent(n_actions, device)
+    agent = Agent(n_actions, device, cuda_graphs=False)  # the eager step (run_gpu times the graphed one)
     rng = np.random.default_rng(0)
     batch = random_batch(rng, n_actions, device)
     state = rng.integers(0, 256, (4, 84, 84), dtype=np.uint8)
@@ -103,7 +103,7 @@ def loop_work(
     train_every: int,
     frames_on_device: bool = False,
     seconds: dict[str, float] | None = None,
-    cuda_graphs: bool = False,
+    cuda_graphs: bool = True,
 ) -> Callable[[], None]:
     """One cycle of the work a training loop cannot skip, in its order: a batch sampled from the
     replay memory, a learning step on it and the batch's new priorities, then ``train_every``
@@ -503,28 +503,8 @@ def profile_phases(
     return {"ms_per_step": per_step, "table": profiler.key_averages().table(sort_by=sort_by, row_limit=15)}
 
 
-def compiled_train_step_ms(n_actions: int, device: torch.device, repeats: int) -> dict[str, Any]:
-    """The learning step with its networks through torch.compile, default and with CUDA graphs
-    (mode reduce-overhead); an error instead of a time where compiling fails."""
-    figures: dict[str, Any] = {}
-    batch = random_batch(np.random.default_rng(0), n_actions, device)
-    for mode in ("default", "reduce-overhead"):
-        agent = Agent(n_actions, device)
-        agent.online = torch.compile(agent.online, mode=mode)
-        agent.target = torch.compile(agent.target, mode=mode)
-        try:
-            seconds = median_seconds(functools.partial(agent.learn, batch), repeats, warmup=10)
-            figures[f"train_step_compiled_{mode}_ms"] = 1e3 * seconds
-        except Exception as error:  # a compiler that fails on this machine is a finding, not a crash
-            figures[f"train_step_compiled_{mode}_ms"] = f"{type(error).__name__}: {str(error)[:200]}"
-    return figures
-
-
-COMPILE_BY = 240  # seconds into run_gpu after which compiling is left out, so the GPU check ends in time
-
-
 def run_gpu(cleanrl: Path | None, site: str | None, quick: bool) -> dict[str, Any]:
-    """The device figures of the README's GPU section: the learning step (eager and compiled), where
+    """The device figures of the README's GPU section: the learning step (eager and graphed), where
     a step's time goes, our loop's steps/s with uniform and prioritized replay, frames on the device
     and in host RAM, beside CleanRL's (alternating ours and theirs), and the GPU memory of 1M steps."""
     device = pick_device("auto")
@@ -534,7 +514,6 @@ def run_gpu(cleanrl: Path | None, site: str | None, quick: bool) -> dict[str, An
         (1_500, 500, 20_000) if quick else (SIDE_STEPS, SIDE_LEARNING_STARTS, SIDE_MEMORY)
     )
     flags = side_flags(steps, memory_size)
-    started = time.perf_counter()
     figures: dict[str, Any] = bench_network(n_actions, device, repeats=10 if quick else 200)
     graphs = device.type == "cuda"
     if graphs:
@@ -570,8 +549,6 @@ def run_gpu(cleanrl: Path | None, site: str | None, quick: bool) -> dict[str, An
         variants.append(("uniform_device_no_graphs", False, "device", False))
     for name, prioritized, memory_device, cuda_graphs in variants:
         rounds[name] = [ours(prioritized, memory_device, cuda_graphs)]
-    if graphs and not quick and time.perf_counter() - started < COMPILE_BY:
-        figures.update(compiled_train_step_ms(n_actions, device, 200))  # last: compiling can take minutes
     figures["sps_rounds"] = rounds
     for name, values in rounds.items():
         figures[f"sps_{name}"] = statistics.mean(values)
@@ -602,7 +579,7 @@ def run_gpu(cleanrl: Path | None, site: str | None, quick: bool) -> dict[str, An
 
 
 GPU_ROWS = [
-    ("train_step_ms", "one learning step, batch 32 (ms)", ".3f"),
+    ("train_step_ms", "one learning step, batch 32, eager (ms)", ".3f"),
     ("train_step_graphed_ms", "the same as one CUDA graph (--cuda-graphs) (ms)", ".3f"),
     ("act_ms", "one greedy action, batch 1 (ms)", ".3f"),
     ("sps_uniform_device", "our loop, uniform, frames on the device (steps/s)", ".1f"),
@@ -613,11 +590,24 @@ GPU_ROWS = [
     ("device_over_host_memory", "uniform: device memory / host memory", ".3f"),
     ("prioritized_over_uniform", "frames on the device: prioritized / uniform", ".3f"),
     ("hours_per_10m_steps", "10M steps at the uniform loop's rate (hours, evaluations excluded)", ".2f"),
+    ("gpu_memory_peak_gib", "GPU memory at its peak, 1M steps' frames on the device (GiB)", ".2f"),
 ]
 CLEANRL_ROWS = [
     ("sps_cleanrl", "CleanRL's dqn_atari.py, same settings (steps/s)", ".1f"),
     ("ours_over_cleanrl", "ours (uniform, device memory) / CleanRL's", ".3f"),
 ]
+
+
+def gpu_table(figures: dict[str, Any]) -> str:
+    """The GPU check's figures (``run_gpu``'s JSON) as a Markdown table; a loop timed more than once
+    shows each round in brackets."""
+    rows = [row for row in GPU_ROWS + CLEANRL_ROWS if row[0] in figures]
+    lines = [f"| {figures['settings']['device']}, `bench.py --gpu` | |", "|---|---|"]
+    for key, label, fmt in rows:
+        rounds = figures["sps_rounds"].get(key.removeprefix("sps_"), [])
+        each = f" ({', '.join(f'{value:{fmt}}' for value in rounds)})" if len(rounds) > 1 else ""
+        lines.append(f"| {label} | {figures[key]:{fmt}}{each} |")
+    return "\n".join(lines)
 
 
 # The learning benchmark: main.py --preset cleanrl-short (CleanRL's dqn_atari.py settings for a
@@ -854,6 +844,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     )
     parser.add_argument("--cleanrl", type=Path, help="with --gpu: CleanRL's dqn_atari.py, timed beside our loop")
     parser.add_argument("--cleanrl-path", help="with --gpu: the folder of CleanRL's packages, first on its path")
+    parser.add_argument(
+        "--gpu-report", type=Path, metavar="JSON", help="only print the GPU check's figures (gpu_check.json) as a table"
+    )
     parser.add_argument("--loop", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--loop-steps", type=int, nargs=2, default=(1000, 3000), help=argparse.SUPPRESS)
     learning = parser.add_argument_group(
@@ -904,6 +897,9 @@ if __name__ == "__main__":
     if arguments.apex:
         results = bench_apex(env_id, arguments.quick)
         print(json.dumps(results, indent=2) if arguments.json else table(results, APEX_ROWS))
+        sys.exit(0)
+    if arguments.gpu_report:
+        print(gpu_table(json.loads(arguments.gpu_report.read_text())["bench"]))
         sys.exit(0)
     if arguments.gpu:
         results = run_gpu(arguments.cleanrl, arguments.cleanrl_path, arguments.quick)

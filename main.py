@@ -68,6 +68,7 @@ from utils_run import (
     episode_line,
     load_memory,
     load_newest_checkpoint,
+    prune_checkpoints,
     reconcile_with_checkpoint,
     remove_leftovers,
     rewards_line,
@@ -137,6 +138,7 @@ def run_evaluation(
         frame_dir,
         stopped,
         stack_rule(args),
+        show_progress=True,
     )
 
 
@@ -212,6 +214,9 @@ def train(args: argparse.Namespace, checkpoint: dict[str, Any] | None) -> TrainS
         return TrainSummary(130, 0, math.nan)
     except TrainingDiverged as error:
         message = f"{error}; {last_checkpoint(out)}. Try a lower --lr, or a finite --grad-clip"
+    except torch.OutOfMemoryError as error:  # the GPU's memory, taken by something else meanwhile
+        reason = str(error).split(".")[0]
+        message = f"the device ran out of memory ({reason}); {last_checkpoint(out)}. Try --memory-device host"
     except RayStartError as error:
         message = str(error)
     except ApexError as error:
@@ -505,6 +510,8 @@ class Trainer:
         line = rewards_line(index, progress.step, result, self.wall_seconds())
         self.save(self.out / f"model_{index:03d}.pt", line)  # the checkpoint first: it carries the line
         append_line(self.out / REWARDS_FILE, line)
+        if self.args.keep_checkpoints:
+            prune_checkpoints(self.out, self.args.keep_checkpoints)
 
     def restore_memory(self, refill: Callable[[int], None]) -> None:
         """Reload the saved replay memory if it belongs to the checkpoint, else refill it with

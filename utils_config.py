@@ -29,6 +29,7 @@ from utils_run import MEMORY_FILE, REWARDS_FILE, load_newest_checkpoint
 # Options that may differ when a run is resumed; all others must match the saved run.
 RESUMABLE_OPTIONS = {
     "steps", "device", "memory_device", "cuda_graphs", "threads", "render", "save_memory", "tensorboard", "resume",
+    "keep_checkpoints",
     "replay_ratio", "weights_every", "chunk_steps", "actor_timeout", "ray_address",
 }  # fmt: skip
 # Options that --evaluate takes from the user; the others come from the checkpoint. Of these, a
@@ -51,7 +52,9 @@ POSITIVE_INTS = (
     "steps", "memory_size", "batch_size", "train_every", "target_every", "eval_every", "eval_episodes", "n_step",
     "weights_every", "chunk_steps",
 )  # fmt: skip
-NON_NEGATIVE_INTS = ("seed", "learning_starts", "eps_decay_steps", "eps_decay_start", "actors", "noop_max")
+NON_NEGATIVE_INTS = (
+    "seed", "learning_starts", "eps_decay_steps", "eps_decay_start", "actors", "noop_max", "keep_checkpoints",
+)  # fmt: skip
 
 # Named recipes: --preset NAME sets these options, each still overridable by its own flag; the
 # README lists each value with its source.
@@ -200,7 +203,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="run folder (default: runs/<game>-seed<seed>[-per][-double][-dueling][-nN][-apexN][-<preset>])",
     )
     add("--device", default="auto", help="auto picks cuda, then mps, then cpu")
-    switch("--cuda-graphs", "on a CUDA device, replay the learning step as one CUDA graph (not with --augment)")
+    switch(
+        "--cuda-graphs",
+        "on a CUDA device, replay the learning step as one CUDA graph (not with --augment; no effect elsewhere)",
+        default=True,
+    )
     add(
         "--memory-device",
         choices=MEMORY_DEVICES,
@@ -315,6 +322,12 @@ def build_parser() -> argparse.ArgumentParser:
     # Evaluation.
     add("--eval-every", type=int, default=250_000, help="agent steps between evaluations")
     add("--eval-episodes", type=int, default=10, help="games per evaluation")
+    add(
+        "--keep-checkpoints",
+        type=int,
+        default=0,
+        help="keep only the newest N evaluation checkpoints (model_NNN.pt); 0 keeps them all",
+    )
     add("--eval-epsilon", type=float, default=0.05, help="exploration epsilon of evaluation games")
     switch("--render", "save each evaluation's first episode as eval_NNN/*.png")
     switch("--tensorboard", "log scalars under RUN/tensorboard (needs the tensorboard package)")
@@ -342,7 +355,7 @@ def parse_config(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, 
         if "out" in given and Path(given["out"]).resolve() != Path(args.resume).resolve():
             parser.error(f"--out {given['out']} is not --resume {args.resume}: a resumed run stays in its folder")
         try:
-            _, checkpoint, notes = load_newest_checkpoint(Path(args.resume))
+            resume_from, checkpoint, notes = load_newest_checkpoint(Path(args.resume))
         except CheckpointError as error:
             parser.exit(2, f"{parser.prog}: error: cannot resume: {error}\n")
         for note in notes:
@@ -354,6 +367,16 @@ def parse_config(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, 
             parser.error(f"--steps {args.steps} must exceed the checkpoint's step {step}")
     check_values(parser, args)
     check_training(parser, args, resuming=checkpoint is not None)
+    if checkpoint is not None:
+        due = ", its evaluation first" if checkpoint["run"].get("evaluation_due", False) else ""
+        print(f"Resuming from {resume_from} (step {checkpoint['run']['step']:,}{due})", flush=True)
+        saved_steps = checkpoint["config"]["steps"]
+        if args.prioritized and args.steps != saved_steps:
+            print(
+                f"Note: --steps {args.steps:,} (was {saved_steps:,}): prioritized replay's beta now reaches 1 at step "
+                f"{args.steps:,}, not {saved_steps:,}, so from here it anneals on another schedule",
+                flush=True,
+            )
     return args, checkpoint
 
 

@@ -48,7 +48,7 @@ class Agent:
         network: str = "nature",
         separate_target: bool = True,
         augment: str = "none",
-        cuda_graphs: bool = False,
+        cuda_graphs: bool = True,
         stack_depth: int = 4,
         frame_size: int = 84,
         seed: int = 0,
@@ -128,7 +128,9 @@ class Agent:
         ``augment`` other than none: the states, then the next states, each get their own draws).
         Its results stay on the device: reading them makes the host wait for the step."""
         if self.graphs:
-            if self.graphed is None and self.eager_steps >= GraphedLearning.WARMUP_STEPS:
+            stale = self.graphed is not None and self.graphed.inputs.states.shape != batch.states.shape
+            if (self.graphed is None or stale) and self.eager_steps >= GraphedLearning.WARMUP_STEPS:
+                # The first capture, or another for a batch of another size.
                 self.graphed = GraphedLearning(self._step, batch, list(self.online.parameters()))
             if self.graphed is not None:
                 return self.graphed(batch)
@@ -184,6 +186,12 @@ class Agent:
         self.online.load_state_dict(state["online"])
         self.target.load_state_dict(state["target"])
         self.optimizer.load_state_dict(state["optimizer"])
+        for group in self.optimizer.param_groups:  # this run's choice, not that of the run that saved it
+            group["capturable"] = self.graphs
+            for parameter in group["params"] if self.graphs else ():  # a graph's Adam counts on the device
+                step = self.optimizer.state.get(parameter, {}).get("step")
+                if step is not None:
+                    self.optimizer.state[parameter]["step"] = step.to(parameter.device, torch.float32)
         self.rng.bit_generator.state = state["rng"]
         if self.augment_rng is not None:
             self.augment_rng.set_state(state["shift_rng"])

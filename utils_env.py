@@ -27,6 +27,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from PIL import Image
+from tqdm import tqdm
 
 from utils_types import NATURE_STACKS, EvalResult, GameResult, StackRule, StepResult
 
@@ -359,6 +360,9 @@ class EvaluationStopped(Exception):
     """``evaluate`` was asked to stop before its last game ended; it returns no scores."""
 
 
+PROGRESS_STEPS = 1000  # an evaluation's progress bar shows the current game's steps this often
+
+
 def evaluate(
     act: Callable[[np.ndarray, float], int],
     env: AtariEnv,
@@ -367,6 +371,7 @@ def evaluate(
     frame_dir: Path | None = None,
     stopped: Callable[[], bool] = lambda: False,
     stack_rule: StackRule = NATURE_STACKS,
+    show_progress: bool = False,
 ) -> EvalResult:
     """Play whole games with ``act(state, epsilon)`` and return their raw scores.
 
@@ -374,6 +379,8 @@ def evaluate(
     000000.png, 000001.png, ...; the folder appears only once it is complete.
     ``stopped`` is asked before every step: once it says yes, raises EvaluationStopped (100
     games can take many minutes, and a partial mean must never pass for a score).
+    ``show_progress``: a progress bar of the games played, with the current game's steps
+    (redrawn every PROGRESS_STEPS steps, so that it costs the games nothing).
     """
     start = time.perf_counter()
     stack = FrameStack(rule=stack_rule)
@@ -383,27 +390,35 @@ def evaluate(
     if partial:
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
-    for episode in range(episodes):
-        state = stack.reset(env.reset())
-        render = partial is not None and episode == 0
-        frame_index = 0
-        if render:
-            Image.fromarray(env.rgb()).save(partial / f"{frame_index:06d}.png")
-        score, done = 0.0, False
-        while not done:
-            if stopped():
-                if partial:
-                    shutil.rmtree(partial, ignore_errors=True)
-                raise EvaluationStopped
-            result = env.step(act(state, epsilon))
-            state = stack.advance(result)
-            score += result.reward
-            steps += 1
-            done = result.terminated or result.truncated
+    with tqdm(
+        total=episodes, desc="evaluating", unit="game", leave=False, disable=not show_progress, mininterval=1.0
+    ) as bar:
+        for episode in range(episodes):
+            state = stack.reset(env.reset())
+            game_steps = 0
+            render = partial is not None and episode == 0
+            frame_index = 0
             if render:
-                frame_index += 1
                 Image.fromarray(env.rgb()).save(partial / f"{frame_index:06d}.png")
-        scores.append(score)
+            score, done = 0.0, False
+            while not done:
+                if stopped():
+                    if partial:
+                        shutil.rmtree(partial, ignore_errors=True)
+                    raise EvaluationStopped
+                result = env.step(act(state, epsilon))
+                state = stack.advance(result)
+                score += result.reward
+                steps += 1
+                game_steps += 1
+                if game_steps % PROGRESS_STEPS == 0:
+                    bar.set_postfix_str(f"game {episode + 1}: {game_steps:,} steps")  # (a long game shows it moving)
+                done = result.terminated or result.truncated
+                if render:
+                    frame_index += 1
+                    Image.fromarray(env.rgb()).save(partial / f"{frame_index:06d}.png")
+            scores.append(score)
+            bar.update()
     if partial:
         shutil.rmtree(frame_dir, ignore_errors=True)
         partial.rename(frame_dir)

@@ -223,24 +223,13 @@ class ReplayMemory:
     def _windows(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For each slot: whether its n-step window is sampleable, its discounted return, and the
         discount of its bootstrap (0 when the window ends with a terminal step), as float32."""
-        stream = slots // self.stripe
-        first, last = self._sampleable_range()
-        position = (slots - self._oldest()[stream]) % self.stripe
-        sampleable = (position >= first[stream]) & (position <= last[stream])
-        newest = self.sizes[stream] - 1
-        returns = np.zeros(len(slots), dtype=np.float32)
-        discounts = np.ones(len(slots), dtype=np.float32)
-        going = np.ones(len(slots), dtype=bool)  # no terminal step yet
-        for k in range(self.n_step):
-            step = self._shift(slots, k)
-            returns += np.where(going, discounts * self.rewards[step], np.float32(0.0))
-            going &= ~self.dones[step]
-            discounts = np.where(going, discounts * self.gamma, np.float32(0.0))
-            # A step that goes on needs its next frame, written and of the same game.
-            following_written = position + k + 1 <= newest
-            sampleable &= ~going | (following_written & ~self.starts[self._shift(step, 1)])
-            if not going.any():
-                break
+        slots = np.asarray(slots, dtype=np.int64)
+        sampleable = np.empty(len(slots), dtype=bool)
+        returns, discounts = np.empty(len(slots), dtype=np.float32), np.empty(len(slots), dtype=np.float32)
+        _window_values(
+            slots, self.stripe, self.stack_depth, self.n_step, self.gamma, self.cursors, self.sizes,
+            self.rewards, self.dones, self.starts, sampleable, returns, discounts,
+        )  # fmt: skip
         return sampleable, returns, discounts
 
     def sample(self, batch_size: int, beta: float = 1.0) -> Batch:
@@ -412,6 +401,44 @@ class ReplayMemory:
             weights=weights_on_device,
             indices=slots,
         )
+
+
+@numba.njit(cache=True)
+def _window_values(
+    slots: np.ndarray,
+    stripe: int,
+    depth: int,
+    n_step: int,
+    gamma: np.float32,
+    cursors: np.ndarray,
+    sizes: np.ndarray,
+    rewards: np.ndarray,
+    dones: np.ndarray,
+    starts: np.ndarray,
+    sampleable: np.ndarray,
+    returns: np.ndarray,
+    discounts: np.ndarray,
+) -> None:
+    """``ReplayMemory._windows`` slot by slot (a push asks it of 5 or 6 slots, where numpy's
+    per-call cost would be most of the work), in float32 as the batch is."""
+    for i in range(slots.size):
+        base = slots[i] - slots[i] % stripe
+        offset, stream = slots[i] - base, slots[i] // stripe
+        size = sizes[stream]
+        position = (offset - (cursors[stream] - size)) % stripe  # counted from the stream's oldest slot
+        first = depth - 1 if size == stripe else 0  # a full stripe's 3 oldest stacks reach overwritten frames
+        ok = first <= position <= size - 2  # the newest slot's next frame is not written yet
+        total, discount = np.float32(0.0), np.float32(1.0)
+        for k in range(n_step):
+            step = base + (offset + k) % stripe
+            total += discount * rewards[step]
+            if dones[step]:  # the window stops at a terminal step: no next state needed
+                discount = np.float32(0.0)
+                break
+            discount *= gamma
+            # A step that goes on needs its next frame, written and of the same game.
+            ok = ok and position + k + 1 <= size - 1 and not starts[base + (offset + k + 1) % stripe]
+        sampleable[i], returns[i], discounts[i] = ok, total, discount
 
 
 @numba.njit(cache=True)

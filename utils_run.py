@@ -302,6 +302,18 @@ def load_newest_checkpoint(run: Path) -> tuple[Path, dict[str, Any], list[str]]:
     return path, checkpoint, [f"skipped {error}" for error in unreadable]
 
 
+def prune_checkpoints(run: Path, keep: int) -> list[Path]:
+    """Delete all but the ``keep`` newest evaluation checkpoints (model_NNN.pt) of ``run``; return
+    what was deleted. The newest, which a resume starts from, is always kept, and so is
+    model_interrupted.pt."""
+    numbered = [p for p in run.glob("model_*.pt") if p.stem.removeprefix("model_").isdigit()]
+    numbered.sort(key=lambda p: int(p.stem.removeprefix("model_")), reverse=True)
+    older = numbered[max(keep, 1) :]
+    for path in older:
+        path.unlink(missing_ok=True)
+    return older
+
+
 def save_memory(path: Path, memory_state: dict[str, Any], step: int, config: dict[str, Any]) -> None:
     """Save the replay memory with the step and learning configuration it belongs to."""
     save_torch(path, {"step": step, "config": config, "memory": memory_state})

@@ -106,6 +106,14 @@ def test_the_environment_is_a_gymnasium_env_that_wrappers_take():
     frame = gymnasium.make("dqn/Atari-v0", game="Breakout", render_mode="rgb_array")
     frame.reset()
     assert frame.render().shape == (210, 160, 3)
+    # The README's wrapper for a game's frames works with what make install installs.
+    frames = gymnasium.wrappers.RenderCollection(
+        gymnasium.make("dqn/Atari-v0", game="Breakout", render_mode="rgb_array")
+    )
+    frames.reset(seed=1)
+    for _ in range(3):
+        frames.step(0)
+    assert len(frames.render()) == 4 and frames.render() == []  # the reset's frame and 3 steps', then emptied
 
 
 def test_the_package_installs_every_module_and_its_commands():

@@ -4,6 +4,8 @@ import json
 import math
 from pathlib import Path
 
+import pytest
+
 import bench
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,3 +57,26 @@ def test_the_readme_shows_the_breakout_table_of_the_committed_runs(monkeypatch):
     reports = [bench.learning_report(Path("results") / "breakout" / name) for name in names]
     assert shown.strip() == bench.seeds_table(reports, 150_000).strip()
     assert "| 100-150k | 12.23 / 14.28 / 12.88 (13.13) | 17.34 / 19.97 / 16.44 (17.92) |" in shown
+
+
+def test_the_readme_shows_the_committed_gpu_check():
+    """The README's GPU table is bench.py --gpu-report of the committed GPU check."""
+    figures = json.loads((ROOT / "results/gpu/h200-run2/gpu_check.json").read_text())["bench"]
+    assert bench.gpu_table(figures) in (ROOT / "README.md").read_text()
+
+
+def test_cleanrl_steps_per_second_are_dated_from_its_sps_lines(tmp_path):
+    """CleanRL prints global_step / seconds since its start every 100 steps once learning: a stand-in
+    that runs 1,000 steps/s before learning and 250 after gives 250 between its first and last line."""
+    script = tmp_path / "dqn_atari.py"
+    script.write_text(
+        "import sys\n"
+        "steps = int(sys.argv[sys.argv.index('--total-timesteps') + 1])\n"
+        "start = int(sys.argv[sys.argv.index('--learning-starts') + 1])\n"
+        "for step in range(start + 100, steps, 100):\n"
+        "    print('SPS:', int(step / (start / 1000 + (step - start) / 250)))\n"
+    )
+    assert bench.cleanrl_sps(script, None, 20_000, 4_000, 1000) == pytest.approx(250, rel=0.01)
+    script.write_text("raise SystemExit('no such env')\n")
+    with pytest.raises(RuntimeError, match="no such env"):
+        bench.cleanrl_sps(script, None, 20_000, 4_000, 1000)

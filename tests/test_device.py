@@ -103,6 +103,20 @@ def test_cuda_graphs_need_a_gpu_and_no_augmentation():
         assert not Agent(4, "cuda", cuda_graphs=True, augment="shift").graphs
 
 
+def test_a_checkpoint_of_either_choice_loads_with_this_runs_cuda_graphs():
+    """Adam's capturable flag is the loading run's: a state saved with --cuda-graphs on a GPU (capturable
+    Adam) resumes without graphs, on the CPU too, and the other way."""
+    saved = Agent(4, "cpu", seed=2)
+    batch = random_batch(np.random.default_rng(1), "cpu", size=8)
+    saved.learn(batch)
+    state = saved.state_dict()
+    state["optimizer"]["param_groups"][0]["capturable"] = True  # as a --cuda-graphs run saves it
+    agent = Agent(4, "cpu", seed=3)
+    agent.load_state_dict(state)
+    assert not agent.optimizer.param_groups[0]["capturable"]
+    agent.learn(batch)  # a capturable Adam on CPU parameters would refuse to step
+
+
 def test_auto_keeps_the_memory_in_host_ram_without_a_gpu():
     import utils_config
 

@@ -197,3 +197,14 @@ def test_lost_lives_need_not_be_terminal_and_the_full_action_space():
     assert AtariEnv("ALE/Breakout-v5", seed=1).n_actions == 4
     full = AtariEnv("ALE/Breakout-v5", seed=1, full_action_space=True)
     assert full.n_actions == 18 and full.action_meanings[1] == "FIRE"
+
+
+def test_an_evaluation_shows_its_games_and_the_current_games_steps(capsys):
+    """A game without a serve runs to the frame limit: the bar says how far the game has got."""
+    env = AtariEnv("Breakout", seed=0, fire_reset=False, max_episode_frames=4400)
+    result = evaluate(lambda state, epsilon: 0, env, episodes=1, epsilon=0.0, show_progress=True)
+    assert result.steps > 1000
+    shown = capsys.readouterr().err
+    assert "evaluating" in shown and "game 1: 1,000 steps" in shown
+    evaluate(lambda state, epsilon: 0, env, episodes=1, epsilon=0.0)
+    assert capsys.readouterr().err == ""  # off unless asked for (playback prints each game instead)

@@ -18,6 +18,7 @@ import torch
 import main
 import sweep
 import utils_config
+import utils_drl
 from utils_drl import WriteError, load_checkpoint, save_checkpoint, write_atomically
 from utils_run import (
     LOCK_FILE,
@@ -580,12 +581,34 @@ def test_memory_is_checked_against_what_is_available_and_the_container_limit(tmp
     message = error_line(capsys, ["--memory-size", "200000", "--out", str(tmp_path / "a")])
     assert message.endswith("--memory-size 200,000 needs 1.3 GiB of RAM, 1.0 GiB is available here (free memory, "
                             "within any container limit); choose a smaller one")  # fmt: skip
+    # Frames on the training device: refused by the device's free memory (here the CPU's, host RAM), with a way out.
+    argv = ["--memory-size", "200000", "--memory-device", "device", "--device", "cpu", "--out", str(tmp_path / "c")]
+    message = error_line(capsys, argv)
+    assert message.endswith("--memory-size 200,000 needs 1.3 GiB on cpu, 1.0 GiB is free there and 2 GiB stays for "
+                            "the networks; choose a smaller one or --memory-device host")  # fmt: skip
+    assert not (tmp_path / "c").exists()
     pytest.importorskip("ray")
     message = error_line(
         capsys, ["--memory-size", "10000", "--learning-starts", "1000", "--actors", "20", "--out", str(tmp_path / "b")]
     )
     assert "--memory-size 10,000 with --actors 20 needs 2.4 GiB of RAM" in message
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_device_out_of_memory_is_one_line_naming_the_last_checkpoint(tmp_path, monkeypatch, capsys):
+    run = tmp_path / "run"
+    assert main.main([*TINY, "--steps", "200", "--eval-every", "100", "--out", str(run)]) == 0
+
+    def out_of_memory(self, batch):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 79.1 GiB total)")
+
+    monkeypatch.setattr(utils_drl.Agent, "learn", out_of_memory)
+    capsys.readouterr()
+    assert main.main(["--resume", str(run), "--steps", "300"]) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"main.py: error: the device ran out of memory (CUDA out of memory); the last checkpoint is "
+        f"{run / 'model_002.pt'} (step 200). Try --memory-device host"
+    )
 
 
 def test_ctrl_c_with_nobody_reading_stdout_still_saves(tmp_path):

@@ -85,6 +85,7 @@ def test_train_render_checkpoint_and_resume(tmp_path):
     games_before = (run / "episodes.csv").read_text()
     resumed = run_main("--resume", str(run), "--steps", "400")
     assert resumed.returncode == 0, resumed.stderr
+    assert f"Resuming from {run / 'model_003.pt'} (step 300)\n" in resumed.stdout  # what it goes on from
     assert (run / "rewards.txt").read_text().startswith(before)
     assert rewards(run)[-1][:2] == (4, 400) and len(rewards(run)) == 5
     assert not (run / "eval_004").exists() or len(list((run / "eval_004").iterdir())) > 0
@@ -133,6 +134,7 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes_at_its_step(tmp_path):
 
     resumed = run_main("--resume", str(run), "--steps", str(step + 40), "--eval-every", "100000")
     assert resumed.returncode == 0, resumed.stderr
+    assert f"Resuming from {run / 'model_interrupted.pt'} (step {step:,})" in resumed.stdout
     assert f"Done: {step + 40} steps" in resumed.stdout
     assert rewards(run)[-1][:2] == (1, step + 40)
     np.testing.assert_array_equal(games(run, "model_001.pt")[: len(interrupted)], interrupted)
@@ -201,6 +203,28 @@ def test_existing_run_is_not_overwritten_and_bad_checkpoints_are_refused(tmp_pat
     with pytest.raises(SystemExit):
         main.main(["--resume", str(run)])
     assert "model_000.pt is not a readable checkpoint" in capsys.readouterr().err
+
+
+def test_resume_with_more_steps_says_that_betas_schedule_changes(tmp_path, capsys):
+    """Beta anneals to 1 at --steps: a prioritized run resumed with another --steps says so."""
+    run = tmp_path / "run"
+    assert main.main([*TINY, "--prioritized", "--steps", "200", "--eval-every", "200", "--out", str(run)]) == 0
+    capsys.readouterr()
+    assert main.main(["--resume", str(run), "--steps", "300"]) == 0
+    out = capsys.readouterr().out
+    assert f"Resuming from {run / 'model_001.pt'} (step 200)" in out
+    assert "Note: --steps 300 (was 200): prioritized replay's beta now reaches 1 at step 300, not 200" in out
+
+
+def test_keep_checkpoints_prunes_older_evaluation_checkpoints(tmp_path):
+    run = tmp_path / "run"
+    assert (
+        main.main([*TINY, "--steps", "300", "--eval-every", "100", "--keep-checkpoints", "2", "--out", str(run)]) == 0
+    )
+    assert sorted(p.name for p in run.glob("model_*.pt")) == ["model_002.pt", "model_003.pt"]
+    assert [i for i, _, _ in rewards(run)] == [0, 1, 2, 3]  # every evaluation still has its line
+    assert main.main(["--resume", str(run), "--steps", "400", "--keep-checkpoints", "1"]) == 0
+    assert sorted(p.name for p in run.glob("model_*.pt")) == ["model_004.pt"]
 
 
 def test_resume_refuses_changed_configuration(tmp_path, capsys):
