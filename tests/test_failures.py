@@ -363,9 +363,9 @@ def stop_during_evaluation(monkeypatch, evaluation: int) -> None:
     """Ctrl-C (a real SIGINT to this process) 30 steps into the process's ``evaluation``-th evaluation."""
     real, calls = main.evaluate, itertools.count()
 
-    def evaluate(act, *rest):
+    def evaluate(act, *rest, **options):
         if next(calls) != evaluation:
-            return real(act, *rest)
+            return real(act, *rest, **options)
         acted = itertools.count()
 
         def act_then_stop(state, epsilon):
@@ -373,7 +373,7 @@ def stop_during_evaluation(monkeypatch, evaluation: int) -> None:
                 os.kill(os.getpid(), signal.SIGINT)
             return act(state, epsilon)
 
-        return real(act_then_stop, *rest)
+        return real(act_then_stop, *rest, **options)
 
     monkeypatch.setattr(main, "evaluate", evaluate)
 
