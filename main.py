@@ -96,7 +96,8 @@ class Progress:
 
 class StopRequest:
     """Within its ``with`` block, turns the first Ctrl-C (or SIGTERM) into a flag the loop checks
-    between steps, so the checkpoint it writes is consistent; a second Ctrl-C stops at once."""
+    between steps, so the checkpoint it writes is consistent; a second Ctrl-C stops at once, a
+    second SIGTERM does not (several senders may each send one: a dead parent's kernel, Ray's reaper)."""
 
     def __init__(self) -> None:
         self.requested = False
@@ -117,6 +118,8 @@ class StopRequest:
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.requested:
+            if signum == signal.SIGTERM:  # stopping already: another SIGTERM (a dead parent's, a reaper's) waits too
+                return
             raise KeyboardInterrupt
         self.requested = True
         tqdm.write("Stopping after this step to save a checkpoint (Ctrl-C again to quit without saving).")

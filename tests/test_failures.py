@@ -359,8 +359,8 @@ def test_a_saved_memory_is_used_only_when_it_belongs_to_the_checkpoint(tmp_path,
     assert f"{memory} cannot be used (AttributeError" in capsys.readouterr().out
 
 
-def stop_during_evaluation(monkeypatch, evaluation: int) -> None:
-    """Ctrl-C (a real SIGINT to this process) 30 steps into the process's ``evaluation``-th evaluation."""
+def stop_during_evaluation(monkeypatch, evaluation: int, signum: int = signal.SIGINT) -> None:
+    """Ctrl-C (a real SIGINT to this process, or ``signum``) 30 steps into the process's ``evaluation``-th evaluation."""
     real, calls = main.evaluate, itertools.count()
 
     def evaluate(act, *rest, **options):
@@ -370,7 +370,7 @@ def stop_during_evaluation(monkeypatch, evaluation: int) -> None:
 
         def act_then_stop(state, epsilon):
             if next(acted) == 30:
-                os.kill(os.getpid(), signal.SIGINT)
+                os.kill(os.getpid(), signum)
             return act(state, epsilon)
 
         return real(act_then_stop, *rest, **options)
@@ -430,6 +430,25 @@ def test_ctrl_c_during_the_refill_writes_no_memory_and_the_run_resumes(tmp_path)
     assert not (run / MEMORY_FILE).exists() and not (run / "model_interrupted.pt").exists()
     resumed = run_main("--resume", str(run), "--steps", "1150")
     assert resumed.returncode == 0, resumed.stderr
+
+
+def test_a_second_sigterm_still_lets_the_checkpoint_be_written(tmp_path, monkeypatch, capsys):
+    """A run whose sweep was killed gets SIGTERM from the kernel (its parent died) and again from the
+    sweep's reaper: the second must not cost the checkpoint, as a second Ctrl-C does."""
+    run = tmp_path / "run"
+    stop_during_evaluation(monkeypatch, 1, signal.SIGTERM)
+    real_save = main.save_checkpoint
+
+    def second_sigterm_while_saving(path, state):
+        if path.name == "model_interrupted.pt":
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_save(path, state)
+
+    monkeypatch.setattr(main, "save_checkpoint", second_sigterm_while_saving)
+    argv = [*TINY, "--max-episode-frames", "400", "--steps", "300", "--eval-every", "200", "--out", str(run)]
+    assert main.main(argv) == 130
+    assert "Traceback" not in capsys.readouterr().err
+    assert load_checkpoint(run / "model_interrupted.pt")["run"]["evaluation_due"]
 
 
 def test_a_second_ctrl_c_quits_at_once_with_one_line(tmp_path, monkeypatch, capsys):
