@@ -13,12 +13,17 @@ import pytest
 import torch
 from test_memory import fill_streams, play_log
 
+import main
 from utils_drl import Agent, GraphedLearning, load_checkpoint
 from utils_memory import PrioritizedReplayMemory, ReplayMemory
 from utils_types import NATURE_STACKS, Batch, StackRule
 
 ROOT = Path(__file__).resolve().parent.parent
 DOPAMINE_STACKS = StackRule(zero_fill=True, per_life=True)
+CPU_TINY = [
+    "--env", "Breakout", "--learning-starts", "100", "--memory-size", "1000", "--eval-episodes", "1",
+    "--max-episode-frames", "2000", "--target-every", "50",
+]  # fmt: skip
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 
 
@@ -80,18 +85,17 @@ def test_saved_memory_moves_between_host_and_device(memory_type, device):
             assert_same_batch(source.sample(16, beta=0.5), copy.sample(16, beta=0.5))
 
 
-def test_memory_device_flag_on_the_cpu(tmp_path):
+def test_memory_device_flag_on_the_cpu(tmp_path, capsys):
     """--memory-device device with --device cpu runs the device code in a whole run, which learns
     exactly what the host memory's run learns; each says where its memory is."""
-    from test_main import TINY, rewards, run_main
-
     for where, said in (("device", "replay memory on cpu"), ("host", "replay memory in host RAM")):
         run = tmp_path / where
-        done = run_main(*TINY, "--steps", "200", "--eval-every", "100", "--device", "cpu",
-                        "--memory-device", where, "--out", str(run))  # fmt: skip
-        assert done.returncode == 0, done.stderr
-        assert said in done.stdout.splitlines()[0]
-    assert rewards(tmp_path / "device") == rewards(tmp_path / "host")
+        argv = [*CPU_TINY, "--steps", "200", "--eval-every", "100", "--device", "cpu", "--memory-device", where]
+        assert main.main([*argv, "--out", str(run)]) == 0
+        assert said in capsys.readouterr().out.splitlines()[0]
+    scores = [[line.split()[:3] for line in (tmp_path / where / "rewards.txt").read_text().splitlines()]
+              for where in ("device", "host")]  # fmt: skip
+    assert scores[0] == scores[1] and len(scores[0]) == 3
     weights = [load_checkpoint(tmp_path / where / "model_002.pt")["agent"]["online"] for where in ("device", "host")]
     assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
 
