@@ -72,17 +72,13 @@ class HostBuffer:
                 self.buffer = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
         return self.buffer[:nbytes].numpy()
 
-    def send(self, nbytes: int, into: torch.Tensor | None = None) -> torch.Tensor:
-        """The first ``nbytes`` written since ``get``, on the device (copied into ``into``, uint8, if given)."""
-        source = self.buffer[:nbytes]
-        if into is None:
-            into = source.to(self.device, non_blocking=True)
-        else:
-            into.view(-1).copy_(source, non_blocking=True)
+    def send(self, nbytes: int) -> torch.Tensor:
+        """The first ``nbytes`` written since ``get``, on the device."""
+        on_device = self.buffer[:nbytes].to(self.device, non_blocking=True)
         if self.pinned:
             self.sent = torch.cuda.Event()
             self.sent.record()
-        return into
+        return on_device
 
 
 class ReplayMemory:
