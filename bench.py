@@ -47,10 +47,18 @@ import torch
 
 import plot
 from utils_config import available_cpus, parse_config, pick_device, threads_option, use_threads
-from utils_drl import Agent, CheckpointError
+from utils_drl import Agent
 from utils_env import AtariEnv, resolve_env_id
 from utils_memory import PrioritizedReplayMemory, ReplayMemory, SumTree
-from utils_run import EPISODES_FILE, REWARDS_FILE, RunLogError, load_newest_checkpoint, read_config, read_episodes
+from utils_run import (
+    EPISODES_FILE,
+    REWARDS_FILE,
+    CheckpointError,
+    RunLogError,
+    load_newest_checkpoint,
+    read_config,
+    read_episodes,
+)
 from utils_types import Batch
 
 CAPACITY = 1_000_000

@@ -23,9 +23,9 @@ import numpy as np
 
 import main
 from utils_config import build_parser, device_problem, parse_config, pick_device
-from utils_drl import Agent, load_checkpoint
+from utils_drl import Agent
 from utils_env import FRAME_SIZE, STACK_DEPTH, AtariEnv, AtariGymEnv, evaluate
-from utils_run import load_newest_checkpoint
+from utils_run import load_checkpoint, load_newest_checkpoint
 
 gymnasium.register(id="dqn/Atari-v0", entry_point="utils_env:AtariGymEnv")
 OBSERVATION_SHAPE = (STACK_DEPTH, FRAME_SIZE, FRAME_SIZE)

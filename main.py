@@ -50,7 +50,7 @@ from utils_config import (
     program,
     use_threads,
 )
-from utils_drl import Agent, CheckpointError, linear_schedule, save_checkpoint
+from utils_drl import Agent, linear_schedule
 from utils_env import AtariEnv, EmulatorStateError, EvaluationStopped, Player, evaluate
 from utils_memory import PrioritizedReplayMemory, ReplayMemory
 from utils_run import (
@@ -58,6 +58,7 @@ from utils_run import (
     INTERRUPTED_CHECKPOINT,
     MEMORY_FILE,
     REWARDS_FILE,
+    CheckpointError,
     OutputWithoutReader,
     RunFolderError,
     RunLock,
@@ -72,6 +73,7 @@ from utils_run import (
     reconcile_with_checkpoint,
     remove_leftovers,
     rewards_line,
+    save_checkpoint,
     save_config,
     save_memory,
     start_episodes,

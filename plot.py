@@ -21,8 +21,7 @@ import numpy as np
 from matplotlib.figure import Figure  # a bare Figure renders with Agg and needs no display or pyplot state
 from matplotlib.ticker import EngFormatter
 
-from utils_drl import write_atomically
-from utils_run import EPISODES_FILE, REWARDS_FILE, RunLogError, read_episodes, read_rewards
+from utils_run import EPISODES_FILE, REWARDS_FILE, RunLogError, read_episodes, read_rewards, write_atomically
 
 
 class PlotError(Exception):

@@ -60,11 +60,11 @@ from utils_config import (
     program,
 )
 from utils_config import build_parser as main_parser
-from utils_drl import CheckpointError, write_atomically
 from utils_env import game_name, resolve_env_id
 from utils_run import (
     EPISODES_FILE,
     MEMORY_FILE,
+    CheckpointError,
     RunFolderError,
     RunLock,
     RunLogError,
@@ -73,6 +73,7 @@ from utils_run import (
     read_config,
     read_episodes,
     read_rewards,
+    write_atomically,
 )
 
 PROJECT_DIR = Path(__file__).resolve().parent

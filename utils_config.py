@@ -21,10 +21,10 @@ from typing import Any, NoReturn
 import numba
 import torch
 
-from utils_drl import AUGMENTATIONS, CheckpointError, load_checkpoint
+from utils_drl import AUGMENTATIONS
 from utils_env import FRAME_SIZE, FRAME_SKIP, NOOP_UNITS, STACK_DEPTH, game_name, resolve_env_id
 from utils_model import NETWORKS
-from utils_run import MEMORY_FILE, REWARDS_FILE, load_newest_checkpoint
+from utils_run import MEMORY_FILE, REWARDS_FILE, CheckpointError, load_checkpoint, load_newest_checkpoint
 
 # Options that may differ when a run is resumed; all others must match the saved run.
 RESUMABLE_OPTIONS = {

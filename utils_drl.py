@@ -1,13 +1,9 @@
-"""The DQN agent: epsilon-greedy acting, Huber (or squared) TD learning, target network, save/load."""
+"""The DQN agent: epsilon-greedy acting, Huber (or squared) TD learning, target network, its state."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import math
-import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -16,8 +12,6 @@ import torch.nn.functional as F
 
 from utils_model import QNetwork
 from utils_types import Batch, LearnResult
-
-CHECKPOINT_FORMAT = 1
 
 
 def linear_schedule(step: int, start: float, end: float, duration: int) -> float:
@@ -268,99 +262,3 @@ AUGMENTATIONS: dict[str, Augmentation | None] = {
     # shifts of -4..+3, then the intensity factor with scale 0.05.
     "dopamine": Augmentation(shifts=(-4, 3), intensity=0.05),
 }
-
-
-class CheckpointError(Exception):
-    """A checkpoint is missing, unreadable or not one of ours; the message says which."""
-
-
-class WriteError(OSError):
-    """A file that could not be written, named by its real path (not the temporary one)."""
-
-    def __str__(self) -> str:
-        return f"cannot write {self.filename}: {self.strerror}"
-
-
-def write_atomically(path: Path, data: bytes | Callable[[Path], None]) -> None:
-    """Write ``data`` (bytes, or a function writing a given path) to a temporary file in the
-    same folder, then rename it over ``path``, so readers never see a half-written file. The
-    temporary name keeps the suffix, for writers that choose a format by it. A failure of the
-    disk raises WriteError with the operating system's reason."""
-    temporary = path.with_name(f".{path.stem}.tmp{path.suffix}")
-    try:
-        if callable(data):
-            data(temporary)
-        else:
-            temporary.write_bytes(data)
-        os.replace(temporary, path)
-    except BaseException as error:
-        with contextlib.suppress(OSError):  # a failed cleanup must not hide why the write failed
-            temporary.unlink(missing_ok=True)
-        if isinstance(error, OSError) and not isinstance(error, WriteError):
-            raise WriteError(error.errno, error.strerror or str(error), str(path)) from error
-        raise
-
-
-class _RecordingWriter(io.RawIOBase):
-    """A file that remembers the operating system's error of a failed write: torch.save reports
-    only a RuntimeError of its own when the disk is full."""
-
-    def __init__(self, file: io.FileIO) -> None:
-        self.file = file
-        self.error: OSError | None = None
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: Any) -> int:
-        try:
-            return self.file.write(data)
-        except OSError as error:
-            self.error = error
-            raise
-
-
-def save_torch(path: Path, payload: Any) -> None:
-    """``torch.save`` atomically; a failure of the disk raises WriteError with its reason."""
-
-    def write(temporary: Path) -> None:
-        with open(temporary, "wb", buffering=0) as file:
-            writer = _RecordingWriter(file)
-            try:
-                torch.save(payload, writer)
-            except RuntimeError:
-                if writer.error is None:
-                    raise
-                error, writer.error = writer.error, None  # no cycle through this frame keeps it alive
-                try:
-                    raise error from None
-                finally:
-                    del error
-
-    write_atomically(path, write)
-
-
-def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
-    save_torch(path, {"format": CHECKPOINT_FORMAT, **payload})
-
-
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Load a checkpoint written by ``save_checkpoint``, or raise CheckpointError."""
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"no checkpoint at {path}")
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # torch raises many types for truncated or foreign files
-        raise CheckpointError(
-            f"{path} is not a readable checkpoint ({type(error).__name__}); it may be truncated"
-        ) from None
-    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
-        raise CheckpointError(f"{path} is not a checkpoint of this program (format {CHECKPOINT_FORMAT})")
-    parts = {"config": dict, "run": dict, "agent": dict}
-    broken = sorted(name for name, kind in parts.items() if not isinstance(payload.get(name), kind))
-    if not broken and not isinstance(payload["run"].get("step"), int):
-        broken = ["run step"]
-    if broken:
-        raise CheckpointError(f"{path} is not a whole checkpoint (its {', '.join(broken)} missing or damaged)")
-    return payload

@@ -23,8 +23,9 @@ import main
 import utils_apex
 import utils_config
 from utils_apex import Actor, ActorConfig, actor_epsilons, export_weights
-from utils_drl import Agent, load_checkpoint
+from utils_drl import Agent
 from utils_memory import PrioritizedReplayMemory
+from utils_run import load_checkpoint
 
 ray = pytest.importorskip("ray")
 

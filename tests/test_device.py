@@ -14,8 +14,9 @@ import torch
 from test_memory import fill_streams, play_log
 
 import main
-from utils_drl import Agent, GraphedLearning, load_checkpoint
+from utils_drl import Agent, GraphedLearning
 from utils_memory import PrioritizedReplayMemory, ReplayMemory
+from utils_run import load_checkpoint
 from utils_types import NATURE_STACKS, Batch, StackRule
 
 ROOT = Path(__file__).resolve().parent.parent

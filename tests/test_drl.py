@@ -8,16 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from utils_drl import (
-    AUGMENTATIONS,
-    Agent,
-    CheckpointError,
-    linear_schedule,
-    load_checkpoint,
-    random_shift,
-    save_checkpoint,
-)
+from utils_drl import AUGMENTATIONS, Agent, linear_schedule, random_shift
 from utils_model import QNetwork
+from utils_run import CheckpointError, load_checkpoint, save_checkpoint
 from utils_types import Batch
 
 

@@ -19,16 +19,19 @@ import main
 import sweep
 import utils_config
 import utils_drl
-from utils_drl import WriteError, load_checkpoint, save_checkpoint, write_atomically
 from utils_run import (
     LOCK_FILE,
     MEMORY_FILE,
     RunFolderError,
     RunLock,
     RunLogError,
+    WriteError,
+    load_checkpoint,
     load_newest_checkpoint,
     reconcile_rewards,
+    save_checkpoint,
     start_episodes,
+    write_atomically,
 )
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,8 +17,8 @@ import bench
 import main
 import sweep
 import utils_config
-from utils_drl import linear_schedule, load_checkpoint
-from utils_run import EPISODES_HEADER, read_episodes
+from utils_drl import linear_schedule
+from utils_run import EPISODES_HEADER, load_checkpoint, read_episodes
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = [

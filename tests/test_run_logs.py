@@ -8,7 +8,6 @@ import pytest
 
 import bench
 import plot
-from utils_drl import save_checkpoint
 from utils_env import Player
 from utils_memory import ReplayMemory
 from utils_run import (
@@ -17,6 +16,7 @@ from utils_run import (
     RunLogError,
     episode_line,
     read_episodes,
+    save_checkpoint,
     start_episodes,
 )
 from utils_types import GameResult, StepResult
