@@ -223,19 +223,17 @@ class GraphedLearning:
     WARMUP_STEPS = 3
 
     def __init__(self, step: Callable[[Batch], LearnResult], batch: Batch, parameters: list[torch.Tensor]) -> None:
-        self.inputs = batch._replace(**{name: getattr(batch, name).clone() for name in self.tensor_fields(batch)})
+        # The batch's tensors (not its slot indices), copied into the graph's inputs at each replay.
+        self.fields = [name for name in batch._fields if isinstance(getattr(batch, name), torch.Tensor)]
+        self.inputs = batch._replace(**{name: getattr(batch, name).clone() for name in self.fields})
         self.graph = torch.cuda.CUDAGraph()
         for parameter in parameters:
             parameter.grad = None  # the captured backward allocates the gradients in the graph's pool
         with torch.cuda.graph(self.graph):
             self.outputs = step(self.inputs)
 
-    @staticmethod
-    def tensor_fields(batch: Batch) -> list[str]:
-        return [name for name in batch._fields if isinstance(getattr(batch, name), torch.Tensor)]
-
     def __call__(self, batch: Batch) -> LearnResult:
-        for name in self.tensor_fields(batch):
+        for name in self.fields:
             getattr(self.inputs, name).copy_(getattr(batch, name))
         self.graph.replay()
         # Copies: the next replay overwrites the graph's outputs.

@@ -283,8 +283,7 @@ def load_newest_checkpoint(run: Path) -> tuple[Path, dict[str, Any], list[str]]:
     or the interrupted one if it is newer. Also a note for each newer checkpoint that does not load."""
     if not run.is_dir():
         raise CheckpointError(f"no run folder {run}")
-    numbered = [p for p in run.glob("model_*.pt") if p.stem.removeprefix("model_").isdigit()]
-    numbered.sort(key=lambda p: int(p.stem.removeprefix("model_")), reverse=True)
+    numbered = evaluation_checkpoints(run)
     interrupted = run / INTERRUPTED_CHECKPOINT
     if not numbered and not interrupted.exists():
         raise CheckpointError(f"{run} holds no checkpoint (model_NNN.pt)")
@@ -303,13 +302,17 @@ def load_newest_checkpoint(run: Path) -> tuple[Path, dict[str, Any], list[str]]:
     return path, checkpoint, [f"skipped {error}" for error in unreadable]
 
 
+def evaluation_checkpoints(run: Path) -> list[Path]:
+    """The run's evaluation checkpoints (model_NNN.pt), newest first."""
+    numbered = [p for p in run.glob("model_*.pt") if p.stem.removeprefix("model_").isdigit()]
+    return sorted(numbered, key=lambda p: int(p.stem.removeprefix("model_")), reverse=True)
+
+
 def prune_checkpoints(run: Path, keep: int) -> list[Path]:
     """Delete all but the ``keep`` newest evaluation checkpoints (model_NNN.pt) of ``run``; return
     what was deleted. The newest, which a resume starts from, is always kept, and so is
     model_interrupted.pt."""
-    numbered = [p for p in run.glob("model_*.pt") if p.stem.removeprefix("model_").isdigit()]
-    numbered.sort(key=lambda p: int(p.stem.removeprefix("model_")), reverse=True)
-    older = numbered[max(keep, 1) :]
+    older = evaluation_checkpoints(run)[max(keep, 1) :]
     for path in older:
         path.unlink(missing_ok=True)
     return older

@@ -435,19 +435,24 @@ def test_ctrl_c_during_the_refill_writes_no_memory_and_the_run_resumes(tmp_path)
     assert resumed.returncode == 0, resumed.stderr
 
 
+def stop_twice(monkeypatch, signum: int) -> None:
+    """``signum`` 30 steps into the evaluation at step 200, and again while the checkpoint of that stop is written."""
+    stop_during_evaluation(monkeypatch, 1, signum)
+    real_save = main.save_checkpoint
+
+    def signal_while_saving(path, state):
+        if path.name == "model_interrupted.pt":
+            os.kill(os.getpid(), signum)
+        return real_save(path, state)
+
+    monkeypatch.setattr(main, "save_checkpoint", signal_while_saving)
+
+
 def test_a_second_sigterm_still_lets_the_checkpoint_be_written(tmp_path, monkeypatch, capsys):
     """A run whose sweep was killed gets SIGTERM from the kernel (its parent died) and again from the
     sweep's reaper: the second must not cost the checkpoint, as a second Ctrl-C does."""
     run = tmp_path / "run"
-    stop_during_evaluation(monkeypatch, 1, signal.SIGTERM)
-    real_save = main.save_checkpoint
-
-    def second_sigterm_while_saving(path, state):
-        if path.name == "model_interrupted.pt":
-            os.kill(os.getpid(), signal.SIGTERM)
-        return real_save(path, state)
-
-    monkeypatch.setattr(main, "save_checkpoint", second_sigterm_while_saving)
+    stop_twice(monkeypatch, signal.SIGTERM)
     argv = [*TINY, "--max-episode-frames", "400", "--steps", "300", "--eval-every", "200", "--out", str(run)]
     assert main.main(argv) == 130
     assert "Traceback" not in capsys.readouterr().err
@@ -458,15 +463,7 @@ def test_a_second_ctrl_c_quits_at_once_with_one_line(tmp_path, monkeypatch, caps
     """The first Ctrl-C (in the evaluation at step 200) asks for a checkpoint; the second, while it is
     being written, quits at once: one line naming the last whole checkpoint, no partial file."""
     run = tmp_path / "run"
-    stop_during_evaluation(monkeypatch, 1)
-    real_save = main.save_checkpoint
-
-    def second_ctrl_c_while_saving(path, state):
-        if path.name == "model_interrupted.pt":
-            os.kill(os.getpid(), signal.SIGINT)
-        return real_save(path, state)
-
-    monkeypatch.setattr(main, "save_checkpoint", second_ctrl_c_while_saving)
+    stop_twice(monkeypatch, signal.SIGINT)
     assert (
         main.main([*TINY, "--max-episode-frames", "400", "--steps", "300", "--eval-every", "200", "--out", str(run)])
         == 130
