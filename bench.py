@@ -390,6 +390,9 @@ SHARED_ROWS = [
 ROWS = [
     ("train_step_ms", "one learning step, batch 32 (ms)", ".2f"),
     ("act_ms", "one greedy action, batch 1 (ms)", ".3f"),
+    ("act_graphed_ms", "the same as one CUDA graph (ms)", ".3f"),
+    ("env_step_ms_all_threads", "one emulator step, torch with all CPUs' threads (ms)", ".3f"),
+    ("env_step_ms_one_thread", "one emulator step, torch with one thread (ms)", ".3f"),
     ("env_step_ms", "one preprocessed env step (ms)", ".3f"),
     ("bound_isolated_sps", "loop limit from the three above (steps/s)", ".1f"),
     ("work_in_loop_order_uniform_ms", "sample + learn, then 4 (act, env step, push), in order, uniform (ms)", ".2f"),
@@ -526,16 +529,25 @@ def run_gpu(cleanrl: Path | None, site: str | None, quick: bool) -> dict[str, An
     graphs = device.type == "cuda"
     if graphs:
         graphed = Agent(n_actions, device, cuda_graphs=True)
-        batch = random_batch(np.random.default_rng(0), n_actions, device)
+        rng = np.random.default_rng(0)
+        batch, state = random_batch(rng, n_actions, device), rng.integers(0, 256, (4, 84, 84), dtype=np.uint8)
         figures["train_step_graphed_ms"] = 1e3 * median_seconds(functools.partial(graphed.learn, batch), 200, 10)
-    profile = profile_phases(env_id, device, False, 10 if quick else 100, graphs)
-    figures["ms_per_step"], figures["profile_table"] = profile["ms_per_step"], profile["table"]
+        figures["act_graphed_ms"] = 1e3 * median_seconds(functools.partial(graphed.act, state, 0.0), 2000, 10)
+    # The emulator step's frame resize is torch's one CPU operation in a GPU run: with one thread
+    # and with all the CPUs (the default of --threads auto).
+    for name, threads in (("env_step_ms_one_thread", 1), ("env_step_ms_all_threads", available_cpus())):
+        torch.set_num_threads(threads)
+        figures[name] = bench_env(env_id, 300 if quick else 3000)
+    for prioritized, key in ((False, ""), (True, "_prioritized")):
+        profile = profile_phases(env_id, device, prioritized, 10 if quick else 100, graphs)
+        figures[f"ms_per_step{key}"] = profile["ms_per_step"]
+        figures[f"profile_table{key}"] = profile["table"]
 
-    def ours(prioritized: bool, memory_device: str, cuda_graphs: bool) -> float:
+    def ours(prioritized: bool, memory_device: str, cuda_graphs: bool, threads: str | int = "auto") -> float:
         extra = [*flags, "--memory-device", memory_device, "--cuda-graphs" if cuda_graphs else "--no-cuda-graphs"]
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
-        summary = bench_loop(env_id, prioritized, learning_starts, steps - learning_starts, 4, extra=extra)
+        summary = bench_loop(env_id, prioritized, learning_starts, steps - learning_starts, 4, threads, extra)
         if device.type == "cuda" and memory_device == "device" and not prioritized:
             figures["gpu_memory_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
         return summary.learning_steps_per_second
@@ -552,11 +564,15 @@ def run_gpu(cleanrl: Path | None, site: str | None, quick: bool) -> dict[str, An
                 figures["cleanrl_error"] = str(error)
             else:
                 rounds.setdefault("cleanrl", []).append(sps)
-    variants = [("uniform_host", False, "host", graphs), ("prioritized_device", True, "device", graphs)]
+    variants = [
+        ("uniform_host", False, "host", graphs, "auto"),
+        ("prioritized_device", True, "device", graphs, "auto"),
+        ("uniform_device_one_thread", False, "device", graphs, 1),
+    ]
     if graphs:
-        variants.append(("uniform_device_no_graphs", False, "device", False))
-    for name, prioritized, memory_device, cuda_graphs in variants:
-        rounds[name] = [ours(prioritized, memory_device, cuda_graphs)]
+        variants.append(("uniform_device_no_graphs", False, "device", False, "auto"))
+    for name, prioritized, memory_device, cuda_graphs, threads in variants:
+        rounds[name] = [ours(prioritized, memory_device, cuda_graphs, threads)]
     figures["sps_rounds"] = rounds
     for name, values in rounds.items():
         figures[f"sps_{name}"] = statistics.mean(values)
@@ -564,6 +580,7 @@ def run_gpu(cleanrl: Path | None, site: str | None, quick: bool) -> dict[str, An
         figures["ours_over_cleanrl"] = figures["sps_uniform_device"] / figures["sps_cleanrl"]
     figures["device_over_host_memory"] = figures["sps_uniform_device"] / figures["sps_uniform_host"]
     figures["prioritized_over_uniform"] = figures["sps_prioritized_device"] / figures["sps_uniform_device"]
+    figures["one_thread_over_all"] = figures["sps_uniform_device_one_thread"] / figures["sps_uniform_device"]
     if graphs:
         figures["graphs_over_no_graphs"] = figures["sps_uniform_device"] / figures["sps_uniform_device_no_graphs"]
     figures["hours_per_10m_steps"] = 10_000_000 / figures["sps_uniform_device"] / 3600
@@ -590,10 +607,15 @@ GPU_ROWS = [
     ("train_step_ms", "one learning step, batch 32, eager (ms)", ".3f"),
     ("train_step_graphed_ms", "the same as one CUDA graph (--cuda-graphs) (ms)", ".3f"),
     ("act_ms", "one greedy action, batch 1 (ms)", ".3f"),
+    ("act_graphed_ms", "the same as one CUDA graph (ms)", ".3f"),
+    ("env_step_ms_all_threads", "one emulator step, torch with all CPUs' threads (ms)", ".3f"),
+    ("env_step_ms_one_thread", "one emulator step, torch with one thread (ms)", ".3f"),
     ("sps_uniform_device", "our loop, uniform, frames on the device (steps/s)", ".1f"),
     ("sps_uniform_host", "our loop, uniform, frames in host RAM (steps/s)", ".1f"),
     ("sps_prioritized_device", "our loop, prioritized, frames on the device (steps/s)", ".1f"),
     ("sps_uniform_device_no_graphs", "our loop, uniform, frames on the device, --no-cuda-graphs (steps/s)", ".1f"),
+    ("sps_uniform_device_one_thread", "our loop, uniform, frames on the device, --threads 1 (steps/s)", ".1f"),
+    ("one_thread_over_all", "uniform: --threads 1 / --threads auto", ".3f"),
     ("graphs_over_no_graphs", "uniform: --cuda-graphs / --no-cuda-graphs", ".3f"),
     ("device_over_host_memory", "uniform: device memory / host memory", ".3f"),
     ("prioritized_over_uniform", "frames on the device: prioritized / uniform", ".3f"),

@@ -71,10 +71,12 @@ class Agent:
         # On a GPU the learning step can be one CUDA graph (see GraphedLearning); not with an
         # augmentation, whose draws come from a generator on the host.
         self.graphs = cuda_graphs and self.device.type == "cuda" and self.augmentation is None
+        self.graphed_acts = cuda_graphs and self.device.type == "cuda"  # the greedy action too (GraphedActing)
         self.optimizer = torch.optim.Adam(
             self.online.parameters(), lr=lr, eps=adam_eps, fused=fused, capturable=self.graphs
         )
         self.graphed: GraphedLearning | None = None
+        self.graphed_acting: GraphedActing | None = None
         self.eager_steps = 0  # learning steps taken before the graph is captured
         self.rng = np.random.default_rng(seed)
         # A state goes to a GPU through one page-locked buffer; act's own read of the action waits
@@ -86,6 +88,10 @@ class Agent:
         rng = self.rng if rng is None else rng
         if rng.random() < epsilon:
             return int(rng.integers(self.n_actions))
+        if self.graphed_acts:
+            if self.graphed_acting is None:
+                self.graphed_acting = GraphedActing(self.online, state.shape, self.device)
+            return self.graphed_acting(self.pinned(state))
         with torch.inference_mode():
             q_values = self.online(self.on_device(state).unsqueeze(0))
         return int(q_values.argmax(dim=1).item())
@@ -94,10 +100,14 @@ class Agent:
         """One state on the device: through the page-locked buffer on a GPU, shared on the CPU."""
         if self.device.type != "cuda":
             return torch.from_numpy(state).to(self.device)
+        return self.pinned(state).to(self.device, non_blocking=True)
+
+    def pinned(self, state: np.ndarray) -> torch.Tensor:
+        """One state in the page-locked buffer, from which it goes up without a wait."""
         if self.state_buffer.shape != state.shape:
             self.state_buffer = torch.empty(state.shape, dtype=torch.uint8, pin_memory=True)
         self.state_buffer.numpy()[:] = state
-        return self.state_buffer.to(self.device, non_blocking=True)
+        return self.state_buffer
 
     def td_targets(self, batch: Batch) -> torch.Tensor:
         """The n-step return plus the discounted max_a' Q_target(s', a') (or the Double DQN value);
@@ -176,7 +186,8 @@ class Agent:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.graphed = None  # Adam's state becomes new tensors: the next steps capture a new graph
+        # Adam's state becomes new tensors: the next steps capture new graphs.
+        self.graphed = self.graphed_acting = None
         self.online.load_state_dict(state["online"])
         self.target.load_state_dict(state["target"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -238,6 +249,33 @@ class GraphedLearning:
         self.graph.replay()
         # Copies: the next replay overwrites the graph's outputs.
         return LearnResult(*(output.clone() for output in self.outputs))
+
+
+class GraphedActing:
+    """The greedy action of one state as a CUDA graph: the forward pass and the argmax of a batch
+    of one are some twenty small kernels, whose launches from the host take longer than the GPU
+    takes to run them, and the loop waits for each action. The graph reads the online network's
+    parameters in place, so learning steps and target syncs need no new capture."""
+
+    WARMUP_STEPS = 3
+
+    def __init__(self, network: torch.nn.Module, state_shape: tuple[int, ...], device: torch.device) -> None:
+        self.state = torch.zeros((1, *state_shape), dtype=torch.uint8, device=device)
+        side = torch.cuda.Stream(device)  # warm-up beside the capture's stream, as for learning
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side), torch.no_grad():
+            for _ in range(self.WARMUP_STEPS):
+                network(self.state).argmax(dim=1)
+        torch.cuda.current_stream(device).wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.no_grad(), torch.cuda.graph(self.graph):
+            self.action = network(self.state).argmax(dim=1)
+
+    def __call__(self, state: torch.Tensor) -> int:
+        """The action of ``state`` (on the device, or in page-locked host memory)."""
+        self.state[0].copy_(state, non_blocking=True)
+        self.graph.replay()
+        return int(self.action.item())
 
 
 class Augmentation(NamedTuple):

@@ -60,9 +60,10 @@ try:
     bench = json.loads((work / "bench.json").read_text())
 except (OSError, ValueError) as error:
     bench = {"error": f"no figures ({type(error).__name__})"}
-table = bench.pop("profile_table", None)
-if table:
-    print(table)
+for key in ("profile_table", "profile_table_prioritized"):
+    table = bench.pop(key, None)
+    if table:
+        print(key, table, sep="\n")
 result = {"cuda_tests": tests, "bench": {"exit_status": bench_status, "seconds": bench_seconds, **bench}}
 out.write_text(json.dumps(result, indent=2) + "\n")
 print(json.dumps(result, indent=2))

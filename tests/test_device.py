@@ -102,10 +102,12 @@ def test_memory_device_flag_on_the_cpu(tmp_path, capsys):
 
 
 def test_cuda_graphs_need_a_gpu_and_no_augmentation():
-    assert not Agent(4, "cpu", cuda_graphs=True).graphs  # the flag is harmless where there is no GPU
+    cpu = Agent(4, "cpu", cuda_graphs=True)
+    assert not cpu.graphs and not cpu.graphed_acts  # the flag is harmless where there is no GPU
     if torch.cuda.is_available():
         assert Agent(4, "cuda", cuda_graphs=True).graphs
-        assert not Agent(4, "cuda", cuda_graphs=True, augment="shift").graphs
+        augmented = Agent(4, "cuda", cuda_graphs=True, augment="shift")
+        assert not augmented.graphs and augmented.graphed_acts  # acting has no augmentation
 
 
 def test_a_checkpoint_of_either_choice_loads_with_this_runs_cuda_graphs():
@@ -172,6 +174,32 @@ def test_the_graphed_learning_step_learns_as_the_eager_one(double, dueling):
         batch = random_batch(rng, "cuda")
         torch.testing.assert_close(eager.learn(batch).loss, graphed.learn(batch).loss, rtol=1e-4, atol=1e-5)
     assert graphed.graphed is not None
+
+
+@pytest.mark.cuda
+def test_the_graphed_action_follows_the_learning_weights():
+    """The greedy action's graph reads the parameters in place: after learning steps (eager, then
+    graphed), a target sync and a load, it picks the eager forward pass's action for every state."""
+    agent = Agent(4, "cuda", seed=1, lr=1e-2, cuda_graphs=True)
+    other = Agent(4, "cuda", seed=5, cuda_graphs=False)
+    rng = np.random.default_rng(0)
+
+    def assert_acts_as_eager() -> None:
+        states = rng.integers(0, 256, (40, 4, 84, 84), dtype=np.uint8)
+        with torch.no_grad():  # one state at a time, as the graph has it: the same kernels
+            expected = [int(agent.online(torch.from_numpy(state[None]).cuda()).argmax()) for state in states]
+        assert [agent.act(state, 0.0) for state in states] == expected
+
+    assert_acts_as_eager()
+    assert agent.graphed_acting is not None
+    for step in range(8):
+        agent.learn(random_batch(rng, "cuda"))
+        if step == 4:
+            agent.sync_target()
+        assert_acts_as_eager()
+    agent.load_state_dict(other.state_dict())
+    assert agent.graphed_acting is None
+    assert_acts_as_eager()
 
 
 def run_main_on(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
