@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -190,7 +191,9 @@ class Agent:
         self.graphed = self.graphed_acting = None
         self.online.load_state_dict(state["online"])
         self.target.load_state_dict(state["target"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        # A copy: torch's optimizer keeps the given tensors, and the state of a live agent would
+        # then be shared by both agents, each step moving both's Adam moments.
+        self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
         for group in self.optimizer.param_groups:  # this run's choice, not that of the run that saved it
             group["capturable"] = self.graphs
             for parameter in group["params"] if self.graphs else ():  # a graph's Adam counts on the device

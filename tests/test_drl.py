@@ -294,6 +294,20 @@ def test_checkpoint_round_trip(tmp_path):
     assert not list(tmp_path.glob(".*tmp"))
 
 
+def test_an_agent_loaded_from_a_live_agent_learns_on_its_own():
+    """Loading another agent's state (not a file) copies it: the two agents' steps stay apart,
+    the same losses and weights bit for bit (torch's optimizer would keep the given tensors)."""
+    source = Agent(4, seed=5, lr=1e-3)
+    source.learn(real_batch())
+    copy = Agent(4, seed=6, lr=1e-3)
+    copy.load_state_dict(source.state_dict())
+    for seed in range(1, 4):
+        batch = real_batch(seed=seed)
+        assert source.learn(batch).loss == copy.learn(batch).loss
+    pairs = zip(source.online.parameters(), copy.online.parameters(), strict=True)
+    assert all(torch.equal(a, b) for a, b in pairs)
+
+
 def test_bad_checkpoints_raise_one_clear_error(tmp_path):
     with pytest.raises(CheckpointError, match="no checkpoint"):
         load_checkpoint(tmp_path / "missing.pt")
