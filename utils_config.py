@@ -205,7 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--device", default="auto", help="auto picks cuda, then mps, then cpu")
     switch(
         "--cuda-graphs",
-        "on a CUDA device, replay the learning step as one CUDA graph (not with --augment; no effect elsewhere)",
+        "on a CUDA device, replay the learning step (not with --augment) and the greedy action each as one CUDA graph; "
+        "no effect elsewhere",
         default=True,
     )
     add(

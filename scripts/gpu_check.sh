@@ -9,7 +9,7 @@
 # a resume across devices, an evaluation, Catch learnt on the GPU), then bench.py --gpu: the learning step,
 # where a step's time goes, our loop with uniform and prioritized replay, frames on the device and in host
 # RAM, beside CleanRL's dqn_atari.py with the same settings, alternating. It writes OUT/gpu_check.json (the
-# figures) and OUT/gpu_check.log (everything printed); about 7 minutes on an H100. To try it without a GPU:
+# figures) and OUT/gpu_check.log (everything printed); about 8 minutes on an H100. To try it without a GPU:
 # GPU_CHECK_QUICK=1 (a short, rough bench) and WHEELS=FOLDER (wheels for this machine's Python). GPU_CHECK_TESTS=EXPR
 # runs only the cuda tests that pytest -k EXPR selects.
 set -uo pipefail

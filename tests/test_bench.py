@@ -2,6 +2,7 @@
 
 import json
 import math
+import statistics
 from pathlib import Path
 
 import pytest
@@ -60,9 +61,21 @@ def test_the_readme_shows_the_breakout_table_of_the_committed_runs(monkeypatch):
 
 
 def test_the_readme_shows_the_committed_gpu_check():
-    """The README's GPU table is bench.py --gpu-report of the committed GPU check."""
-    figures = json.loads((ROOT / "results/gpu/h200-run2/gpu_check.json").read_text())["bench"]
-    assert bench.gpu_table(figures) in (ROOT / "README.md").read_text()
+    """The README's GPU table is bench.py --gpu-report of the committed GPU check, and its figures of
+    the alternating uniform and prioritized loops are those of the committed rounds."""
+    readme = (ROOT / "README.md").read_text()
+    figures = json.loads((ROOT / "results/gpu/h100-run3/gpu_check.json").read_text())["bench"]
+    assert bench.gpu_table(figures) in readme
+    ours, cleanrl = figures["sps_uniform_device"], figures["sps_cleanrl"]
+    assert (
+        f"**{ours / cleanrl:.2f}\N{MULTIPLICATION SIGN}** CleanRL's steps/s on the same H100 ({ours:.0f} against {cleanrl:.0f})"
+        in readme
+    )
+    rounds = json.loads((ROOT / "results/gpu/h100-run3/uniform_prioritized_alternating.json").read_text())
+    for values in rounds.values():
+        assert f"{statistics.mean(values):.1f} ({', '.join(f'{value:.1f}' for value in values)})" in readme
+    ratio = statistics.mean(rounds["prioritized"]) / statistics.mean(rounds["uniform"])
+    assert f"**{ratio:.2f}\N{MULTIPLICATION SIGN}** the uniform one" in readme
 
 
 def test_cleanrl_steps_per_second_are_dated_from_its_sps_lines(tmp_path):
