@@ -50,14 +50,21 @@ from utils_config import available_cpus, parse_config, pick_device, threads_opti
 from utils_drl import Agent
 from utils_env import AtariEnv, resolve_env_id
 from utils_memory import PrioritizedReplayMemory, ReplayMemory, SumTree
+from utils_results import (
+    CLEANRL_ROWS,
+    GPU_ROWS,
+    SCORE_THRESHOLD,
+    SCORE_WINDOW,
+    gpu_table,
+    learning_report,
+    learning_table,
+    seeds_table,
+)
 from utils_run import (
-    EPISODES_FILE,
     REWARDS_FILE,
     CheckpointError,
     RunLogError,
     load_newest_checkpoint,
-    read_config,
-    read_episodes,
 )
 from utils_types import Batch
 
@@ -515,7 +522,7 @@ def profile_phases(
 
 
 def run_gpu(cleanrl: Path | None, site: str | None, quick: bool) -> dict[str, Any]:
-    """The device figures of the README's GPU section: the learning step (eager and graphed), where
+    """The device figures of the GPU table (docs/results.md): the learning step (eager and graphed), where
     a step's time goes, our loop's steps/s with uniform and prioritized replay, frames on the device
     and in host RAM, beside CleanRL's (alternating ours and theirs), and the GPU memory of 1M steps."""
     device = pick_device("auto")
@@ -603,65 +610,12 @@ def run_gpu(cleanrl: Path | None, site: str | None, quick: bool) -> dict[str, An
     return figures
 
 
-GPU_ROWS = [
-    ("train_step_ms", "one learning step, batch 32, eager (ms)", ".3f"),
-    ("train_step_graphed_ms", "the same as one CUDA graph (--cuda-graphs) (ms)", ".3f"),
-    ("act_ms", "one greedy action, batch 1 (ms)", ".3f"),
-    ("act_graphed_ms", "the same as one CUDA graph (ms)", ".3f"),
-    ("env_step_ms_all_threads", "one emulator step, torch with all CPUs' threads (ms)", ".3f"),
-    ("env_step_ms_one_thread", "one emulator step, torch with one thread (ms)", ".3f"),
-    ("sps_uniform_device", "our loop, uniform, frames on the device (steps/s)", ".1f"),
-    ("sps_uniform_host", "our loop, uniform, frames in host RAM (steps/s)", ".1f"),
-    ("sps_prioritized_device", "our loop, prioritized, frames on the device (steps/s)", ".1f"),
-    ("sps_uniform_device_no_graphs", "our loop, uniform, frames on the device, --no-cuda-graphs (steps/s)", ".1f"),
-    ("sps_uniform_device_one_thread", "our loop, uniform, frames on the device, --threads 1 (steps/s)", ".1f"),
-    ("one_thread_over_all", "uniform: --threads 1 / --threads auto", ".3f"),
-    ("graphs_over_no_graphs", "uniform: --cuda-graphs / --no-cuda-graphs", ".3f"),
-    ("device_over_host_memory", "uniform: device memory / host memory", ".3f"),
-    ("prioritized_over_uniform", "frames on the device: prioritized / uniform", ".3f"),
-    ("hours_per_10m_steps", "10M steps at the uniform loop's rate (hours, evaluations excluded)", ".2f"),
-    ("gpu_memory_peak_gib", "GPU memory at its peak, 1M steps' frames on the device (GiB)", ".2f"),
-]
-CLEANRL_ROWS = [
-    ("sps_cleanrl", "CleanRL's dqn_atari.py, same settings (steps/s)", ".1f"),
-    ("ours_over_cleanrl", "ours (uniform, device memory) / CleanRL's", ".3f"),
-]
-
-
-def gpu_table(figures: dict[str, Any]) -> str:
-    """The GPU check's figures (``run_gpu``'s JSON) as a Markdown table; a loop timed more than once
-    shows each round in brackets."""
-    rows = [row for row in GPU_ROWS + CLEANRL_ROWS if row[0] in figures]
-    lines = [f"| {figures['settings']['device']}, `bench.py --gpu` | |", "|---|---|"]
-    for key, label, fmt in rows:
-        rounds = figures["sps_rounds"].get(key.removeprefix("sps_"), [])
-        each = f" ({', '.join(f'{value:{fmt}}' for value in rounds)})" if len(rounds) > 1 else ""
-        lines.append(f"| {label} | {figures[key]:{fmt}}{each} |")
-    return "\n".join(lines)
-
-
 # The learning benchmark: main.py --preset cleanrl-short (CleanRL's dqn_atari.py settings for a
 # 250k-step Breakout run, with an evaluation of 10 games every 50k steps; everything the preset does
 # not set is main.py's default). The thread count changes the numerics (and so the run); 2 threads
 # make the benchmark the same run on any machine.
 LEARNING_FLAGS = ["--preset", "cleanrl-short", "--threads", "2"]
 LEARNING_SEED = 1
-# Training games are grouped by the step at which they ended.
-SCORE_RANGES = [(0, 20_000), (20_000, 50_000), (50_000, 100_000), (100_000, 150_000), (150_000, 200_000),
-                (200_000, 250_000)]  # fmt: skip
-# Time to score: the first training game at which the mean raw score of the last SCORE_WINDOW games
-# reaches the threshold. 23.3 is CleanRL's dqn_atari.py at 250k steps on Breakout with the settings
-# above, on this kind of machine (about 40 minutes of its wall time).
-SCORE_THRESHOLD = 23.3
-SCORE_WINDOW = 100
-# CleanRL's dqn_atari.py with the settings above, seeds 1, 2 and 3, measured on this kind of machine
-# (2 CPU cores): the mean raw score of its training games (episodic_return) ending in each range.
-CLEANRL_BREAKOUT = {
-    1: {(0, 20_000): 1.95, (20_000, 50_000): 1.12, (50_000, 100_000): 3.67, (100_000, 150_000): 12.05,
-        (150_000, 200_000): 21.8, (200_000, 250_000): 24.8},
-    2: {(0, 20_000): 1.28, (20_000, 50_000): 1.39, (50_000, 100_000): 3.80, (100_000, 150_000): 14.44},
-    3: {(0, 20_000): 1.53, (20_000, 50_000): 1.24, (50_000, 100_000): 3.17, (100_000, 150_000): 12.20},
-}  # fmt: skip
 
 
 def learning_run(steps: int, prioritized: bool, seed: int, out: Path, main_args: list[str]) -> int:
@@ -677,157 +631,6 @@ def learning_run(steps: int, prioritized: bool, seed: int, out: Path, main_args:
         argv += ["--prioritized"] * prioritized + main_args
     args, checkpoint = parse_config(argv)
     return main.train(args, checkpoint).exit_code
-
-
-def time_to_score(games: np.ndarray, threshold: float, window: int = SCORE_WINDOW) -> dict[str, Any]:
-    """The step and wall time (episodes.csv's columns) of the first training game at which the
-    mean score of the last ``window`` games reached ``threshold``; None for both if none did."""
-    reached = {"threshold": threshold, "window": window, "step": None, "seconds": None}
-    if len(games) >= window:
-        means = np.convolve(games[:, 1], np.ones(window) / window, mode="valid")  # means[i]: games i..i+window-1
-        hits = np.flatnonzero(means >= threshold)
-        if len(hits):
-            game = games[hits[0] + window - 1]
-            reached["step"] = int(game[0])
-            reached["seconds"] = None if np.isnan(game[4]) else float(game[4])  # older runs kept no wall time
-    return reached
-
-
-def learning_report(run: Path, threshold: float = SCORE_THRESHOLD) -> dict[str, Any]:
-    """Mean training-game score per range of steps, the evaluations and the time to score of one run folder."""
-    config = read_config(run)
-    games = read_episodes(run / EPISODES_FILE)
-    curve = plot.read_curve(run / REWARDS_FILE)
-    last_step = int(curve.steps[-1])
-    ranges = []
-    for low, high in SCORE_RANGES:
-        if low >= last_step:
-            break
-        scores = games[(games[:, 0] > low) & (games[:, 0] <= high), 1]
-        ranges.append(
-            {
-                "steps": [low, min(high, last_step)],
-                "games": len(scores),
-                "mean_score": float(scores.mean()) if len(scores) else None,
-                "cleanrl": CLEANRL_BREAKOUT.get(config["seed"], {}).get((low, high)) if high <= last_step else None,
-            }
-        )
-    # --steps too: prioritized replay's beta anneals to 1 over the run's steps, so it changes the run.
-    learning = ("steps", "lr", "adam_eps", "loss", "grad_clip", "n_step", "prioritized", "alpha", "beta0", "double")
-    learning += ("dueling", "actors")
-    return {
-        "run": str(run),
-        "game": config["env"],
-        "seed": config["seed"],
-        "steps": last_step,
-        "settings": {name: config.get(name) for name in learning},
-        "ranges": ranges,
-        "time_to_score": time_to_score(games, threshold),
-        "wall_seconds": float(games[-1, 4]) if len(games) else None,
-        "evaluations": [
-            {"step": int(step), "mean_score": float(score)}
-            for step, score in zip(curve.steps, curve.scores, strict=True)
-        ],
-    }
-
-
-def learning_table(reports: list[dict[str, Any]]) -> str:
-    """The runs side by side, one row per range of steps, with CleanRL's reference."""
-
-    def cell(row: dict[str, Any] | None, range_end: int) -> str:
-        if row is None:
-            return ""
-        score = "—" if row["mean_score"] is None else f"{row['mean_score']:.2f}"
-        partial = "*" if row["steps"][1] < range_end else ""
-        return f"{score}{partial} ({row['games']})"
-
-    names = [Path(report["run"]).name for report in reports]
-    width = max(14, *(len(name) for name in names)) + 2
-    seeds = sorted({report["seed"] for report in reports})
-    lines = [
-        "mean score of the training games that ended in each range of steps (in brackets: how many)",
-        f"{'steps':<12}" + "".join(f"{name:>{width}}" for name in names) + f"{'CleanRL':>{6 * len(seeds) + 4}}",
-    ]
-    for i, (low, high) in enumerate(SCORE_RANGES):
-        rows = [report["ranges"][i] if i < len(report["ranges"]) else None for report in reports]
-        if not any(rows):
-            break
-        references = [CLEANRL_BREAKOUT.get(seed, {}).get((low, high)) for seed in seeds]
-        reference = " / ".join("—" if value is None else f"{value:.2f}" for value in references)
-        lines.append(
-            f"{f'{low // 1000}k-{high // 1000}k':<12}"
-            + "".join(f"{cell(row, high):>{width}}" for row in rows)
-            + f"{reference:>{6 * len(seeds) + 4}}"
-        )
-    lines.append(
-        f"(* the run ended inside the range; CleanRL: dqn_atari.py, same settings, seed {' / '.join(map(str, seeds))}, "
-        "this machine)"
-    )
-    reached = reports[0]["time_to_score"]
-    lines.append(f"time to score: first step (wall time) at which the last {reached['window']} training games "
-                 f"averaged {reached['threshold']:g} or more:")  # fmt: skip
-    for name, report in zip(names, reports, strict=True):
-        lines.append(f"  {name}: {describe_time_to_score(report)}")
-    lines.append("evaluation scores (10 games, epsilon 0.05), by step:")
-    for name, report in zip(names, reports, strict=True):
-        evaluations = ", ".join(f"{e['step'] // 1000}k: {e['mean_score']:.1f}" for e in report["evaluations"])
-        lines.append(f"  {name}: {evaluations}")
-    lines.append("settings:")
-    for name, report in zip(names, reports, strict=True):
-        settings = ", ".join(f"{key} {value}" for key, value in report["settings"].items())
-        lines.append(f"  {name}: {report['game']}, seed {report['seed']}, {settings}")
-    return "\n".join(lines)
-
-
-def seeds_table(reports: list[dict[str, Any]], up_to: int) -> str:
-    """Runs of the same settings but their seed in one column each: per range of steps up to
-    ``up_to``, each seed's mean score and their mean, beside CleanRL's for the same seeds, and the
-    evaluation at ``up_to`` (Markdown)."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for report in sorted(reports, key=lambda report: report["seed"]):
-        settings = report["settings"]
-        # Only prioritized replay's schedule (beta) depends on the run's length.
-        name = f"prioritized, --steps {settings['steps']:,}" if settings["prioritized"] else "uniform"
-        flags = ", ".join(f"{key} {value}" for key, value in settings.items() if key not in ("steps", "prioritized"))
-        groups.setdefault(f"{name} ({flags})", []).append(report)
-    seeds = sorted({report["seed"] for report in reports})
-
-    def seeds_of(numbers: list[int]) -> str:
-        return f"seed {' / '.join(map(str, numbers))}" + " (mean)" * (len(numbers) > 1)
-
-    header = ["steps", *(f"ours, {name.split(' (')[0]}: {seeds_of([run['seed'] for run in runs])}"
-                         for name, runs in groups.items()), f"CleanRL: {seeds_of(seeds)}"]  # fmt: skip
-    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
-
-    def scores(values: list[float | None]) -> str:
-        shown = " / ".join("—" if value is None else f"{value:.2f}" for value in values)
-        known = [value for value in values if value is not None]
-        return f"{shown} ({np.mean(known):.2f})" if len(known) == len(values) > 1 else shown
-
-    for i, (low, high) in enumerate(range_ for range_ in SCORE_RANGES if range_[1] <= up_to):
-        cells = []
-        for runs in groups.values():
-            rows = [run["ranges"][i] if i < len(run["ranges"]) and run["ranges"][i]["steps"][1] == high else None
-                    for run in runs]  # fmt: skip
-            cells.append(scores([row["mean_score"] if row else None for row in rows]))
-        cells.append(scores([CLEANRL_BREAKOUT.get(seed, {}).get((low, high)) for seed in seeds]))
-        lines.append(f"| {low // 1000}-{high // 1000}k | " + " | ".join(cells) + " |")
-    evaluations = [
-        scores([next((e["mean_score"] for e in run["evaluations"] if e["step"] == up_to), None) for run in runs])
-        for runs in groups.values()
-    ]
-    lines.append(f"| evaluation at {up_to // 1000}k (10 games, epsilon 0.05) | " + " | ".join(evaluations) + " | |")
-    lines.append("")
-    lines += [f"- {name}: {', '.join(run['run'] for run in runs)}" for name, runs in groups.items()]
-    return "\n".join(lines)
-
-
-def describe_time_to_score(report: dict[str, Any]) -> str:
-    reached = report["time_to_score"]
-    if reached["step"] is None:
-        return f"not reached in {report['steps']:,} steps"
-    wall = "wall time unknown" if reached["seconds"] is None else f"{reached['seconds'] / 60:.1f} min"
-    return f"step {reached['step']:,} ({wall})"
 
 
 def learning_main(arguments: argparse.Namespace, main_args: list[str]) -> int:

@@ -57,7 +57,7 @@ NON_NEGATIVE_INTS = (
 )  # fmt: skip
 
 # Named recipes: --preset NAME sets these options, each still overridable by its own flag; the
-# README lists each value with its source.
+# README's protocol table and docs/results.md list each value with its source.
 PRESETS: dict[str, dict[str, Any]] = {
     # Mnih et al. (2015), Nature, "Human-level control through deep reinforcement learning",
     # Extended Data Table 1 and Methods; Adam at 1e-4 stands in for their RMSProp at 2.5e-4.
@@ -85,7 +85,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "full_action_space": False,
         "eval_epsilon": 0.05,
     },
-    # The learning benchmark's (bench.py --learning, the README's Breakout table): CleanRL's
+    # The learning benchmark's (bench.py --learning, the Breakout table of docs/results.md): CleanRL's
     # dqn_atari.py as it was run for the comparison on this kind of machine, for runs of a few
     # hundred thousand steps.
     "cleanrl-short": {
@@ -113,7 +113,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # Atari 100k (Kaiser et al. 2020): 100k agent steps, no sticky actions. The recipe is DrQ(eps)
     # (Agarwal et al. 2021) as Dopamine runs it: the values of dopamine/labs/atari_100k/configs/
     # DrQ_eps.gin, and the defaults of the code it names (atari_100k_runner.py, atari_100k_rainbow_agent.py,
-    # dopamine/jax/networks.py, dopamine/discrete_domains/atari_lib.py). The README's table cites each.
+    # dopamine/jax/networks.py, dopamine/discrete_domains/atari_lib.py). docs/results.md's table cites each.
     "atari100k": {
         "steps": 100_000,
         "memory_size": 100_000,  # every step (Dopamine: 1M, "a proxy for unbounded memory")

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import bench
+import utils_results
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = [
@@ -38,8 +39,10 @@ def test_the_breakout_table_by_seed_is_built_from_the_committed_runs():
     """The Breakout table by seed: each seed's mean training score per range of steps and their
     mean, beside CleanRL's same seeds, from the run folders in results/breakout/."""
     runs = ROOT / "results" / "breakout"
-    reports = [bench.learning_report(runs / name) for name in ("learning-breakout-seed1", "learning-breakout-seed2")]
-    table = bench.seeds_table(reports, 150_000)
+    reports = [
+        utils_results.learning_report(runs / name) for name in ("learning-breakout-seed1", "learning-breakout-seed2")
+    ]
+    table = utils_results.seeds_table(reports, 150_000)
     assert "| 100-150k | 12.23 / 14.28 (13.26) | 12.05 / 14.44 (13.25) |" in table
     assert "| 0-20k | 1.69 / 1.06 (1.37) | 1.95 / 1.28 (1.61) |" in table
     assert "150-200k" not in table and "ours, uniform: seed 1 / 2 (mean)" in table
@@ -48,24 +51,24 @@ def test_the_breakout_table_by_seed_is_built_from_the_committed_runs():
 
 
 def test_the_readme_shows_the_breakout_table_of_the_committed_runs(monkeypatch):
-    """The README's three-seed table is what its command prints from results/breakout/ today."""
+    """The three-seed table of docs/results.md is what its command prints from results/breakout/ today."""
     monkeypatch.chdir(ROOT)  # the table names the runs by the paths its command was given
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "results.md").read_text()
     start, end = "<!-- results/breakout: bench.py --learning --by-seed -->\n", "\n<!-- end of results/breakout -->"
     shown = readme.split(start, 1)[1].split(end, 1)[0]
     names = [f"learning-breakout-seed{seed}" for seed in (1, 2, 3)]
     names += ["learning-breakout-seed1-per150k", "learning-breakout-seed2-per", "learning-breakout-seed3-per"]
-    reports = [bench.learning_report(Path("results") / "breakout" / name) for name in names]
-    assert shown.strip() == bench.seeds_table(reports, 150_000).strip()
+    reports = [utils_results.learning_report(Path("results") / "breakout" / name) for name in names]
+    assert shown.strip() == utils_results.seeds_table(reports, 150_000).strip()
     assert "| 100-150k | 12.23 / 14.28 / 12.88 (13.13) | 17.34 / 19.97 / 16.44 (17.92) |" in shown
 
 
 def test_the_readme_shows_the_committed_gpu_check():
-    """The README's GPU table is bench.py --gpu-report of the committed GPU check, and its figures of
+    """The GPU table of docs/results.md is bench.py --gpu-report of the committed GPU check, and its figures of
     the alternating uniform and prioritized loops are those of the committed rounds."""
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "results.md").read_text()
     figures = json.loads((ROOT / "results/gpu/h100-run3/gpu_check.json").read_text())["bench"]
-    assert bench.gpu_table(figures) in readme
+    assert utils_results.gpu_table(figures) in readme
     ours, cleanrl = figures["sps_uniform_device"], figures["sps_cleanrl"]
     assert (
         f"**{ours / cleanrl:.2f}\N{MULTIPLICATION SIGN}** CleanRL's steps/s on the same H100 ({ours:.0f} against {cleanrl:.0f})"

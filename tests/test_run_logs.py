@@ -6,8 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import bench
 import plot
+import utils_results
 from utils_env import Player
 from utils_memory import ReplayMemory
 from utils_run import (
@@ -125,7 +125,7 @@ def fake_benchmark_run(run: Path, game_steps: list[int], evaluations: list[tuple
 def test_learning_report_groups_games_by_step_range(tmp_path):
     steps = [5_000, 20_000, 60_000, 99_000, 100_001, 120_000]  # scores: steps / 10
     run = fake_benchmark_run(tmp_path / "uniform", steps, [(0, 1.0), (50_000, 2.0), (100_000, 8.0), (120_000, 9.5)])
-    report = bench.learning_report(run)
+    report = utils_results.learning_report(run)
     assert report["steps"] == 120_000 and report["seed"] == 1 and report["settings"]["adam_eps"] == 1e-8
     ranges = {tuple(r["steps"]): (r["games"], r["mean_score"], r["cleanrl"]) for r in report["ranges"]}
     assert ranges == {
@@ -136,7 +136,7 @@ def test_learning_report_groups_games_by_step_range(tmp_path):
     }
     assert [e["step"] for e in report["evaluations"]] == [0, 50_000, 100_000, 120_000]
     other = fake_benchmark_run(tmp_path / "short", [10_000], [(0, 1.0), (30_000, 2.0)])
-    table = bench.learning_table([report, bench.learning_report(other)])
+    table = utils_results.learning_table([report, utils_results.learning_report(other)])
     rows = {line.split()[0]: line.split()[1:] for line in table.splitlines() if line[:1].isdigit()}
     assert rows == {
         "0k-20k": ["1250.00", "(2)", "1000.00", "(1)", "1.95"],
@@ -150,9 +150,9 @@ def test_learning_report_groups_games_by_step_range(tmp_path):
     assert "uniform: not reached in 120,000 steps" in table
     # Games ending every 1,000 steps score step / 10: the first 100 average 5,050, at step 100,000 (1,000 s).
     long = fake_benchmark_run(tmp_path / "long", list(range(1_000, 121_000, 1_000)), [(0, 1.0), (120_000, 5.0)])
-    report = bench.learning_report(long, threshold=5050.0)
+    report = utils_results.learning_report(long, threshold=5050.0)
     assert report["time_to_score"] == {"threshold": 5050.0, "window": 100, "step": 100_000, "seconds": 1000.0}
-    assert "long: step 100,000 (16.7 min)" in bench.learning_table([report])
+    assert "long: step 100,000 (16.7 min)" in utils_results.learning_table([report])
 
 
 def test_time_to_score_is_the_first_game_where_the_moving_mean_reaches_the_threshold(tmp_path):
@@ -160,11 +160,16 @@ def test_time_to_score_is_the_first_game_where_the_moving_mean_reaches_the_thres
     write_episodes(path, [10, 20, 30, 40, 50])  # scores 1..5, wall times 0.1..0.5 s
     games = read_episodes(path)
     # Means of the last 3 games: 2 (after game 3), 3 (game 4), 4 (game 5).
-    assert bench.time_to_score(games, 3.0, window=3) == {"threshold": 3.0, "window": 3, "step": 40, "seconds": 0.4}
-    assert bench.time_to_score(games, 2.0, window=3)["step"] == 30  # reached by the first full window
-    assert bench.time_to_score(games, 4.5, window=3)["step"] is None  # never reached
-    assert bench.time_to_score(games, 0.0, window=6)["step"] is None  # fewer games than the window
+    assert utils_results.time_to_score(games, 3.0, window=3) == {
+        "threshold": 3.0,
+        "window": 3,
+        "step": 40,
+        "seconds": 0.4,
+    }
+    assert utils_results.time_to_score(games, 2.0, window=3)["step"] == 30  # reached by the first full window
+    assert utils_results.time_to_score(games, 4.5, window=3)["step"] is None  # never reached
+    assert utils_results.time_to_score(games, 0.0, window=6)["step"] is None  # fewer games than the window
     path.write_text(OLD_EPISODES_HEADER + "10,1,5,0.5\n20,9,5,0.5\n")
-    assert bench.time_to_score(read_episodes(path), 5.0, window=2) == {
+    assert utils_results.time_to_score(read_episodes(path), 5.0, window=2) == {
         "threshold": 5.0, "window": 2, "step": 20, "seconds": None,  # older runs kept no wall time
     }  # fmt: skip

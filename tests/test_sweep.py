@@ -16,6 +16,7 @@ import torch
 from test_failures import wait_until_training
 
 import sweep
+import utils_results
 from utils_config import options_of
 from utils_run import RunLock
 
@@ -36,13 +37,13 @@ def write_rewards(folder: Path, scores: list[float], every: int = 100, preset: s
 
 
 def test_report_normalises_by_the_reference_scores_and_aggregates(tmp_path):
-    references = sweep.reference_scores()
+    references = utils_results.reference_scores()
     assert len(references) == 57 and all(human > random for random, human in references.values())
     write_rewards(tmp_path / "Pong-seed0", [-21.0, -10.0])
     write_rewards(tmp_path / "Pong-seed1", [-21.0, 0.0])
     write_rewards(tmp_path / "Breakout-seed0", [1.0, 30.0])
     write_rewards(tmp_path / "Breakout-seed1", [1.0, 40.0])
-    summary = sweep.summarize(tmp_path, samples=200)
+    summary = utils_results.summarize(tmp_path, samples=200)
     assert "published_runs" not in summary  # not Atari 100k runs
     pong_random, pong_human = references["Pong"]
     breakout_random, breakout_human = references["Breakout"]
@@ -71,12 +72,12 @@ def test_report_normalises_by_the_reference_scores_and_aggregates(tmp_path):
     for entry in aggregate.values():
         low, high = entry["interval"]
         assert low <= entry["value"] <= high
-    assert sweep.summarize(tmp_path, samples=200) == summary  # seeded: the same intervals again
+    assert utils_results.summarize(tmp_path, samples=200) == summary  # seeded: the same intervals again
     # Games whose runs agree: resampling runs within each game never changes the matrix, so no spread.
-    agreeing = sweep.aggregates({"x": np.array([[0.2, 3.0], [0.2, 3.0], [0.2, 3.0]])}, 300)["x"]
+    agreeing = utils_results.aggregates({"x": np.array([[0.2, 3.0], [0.2, 3.0], [0.2, 3.0]])}, 300)["x"]
     assert all(entry["interval"] == pytest.approx((entry["value"],) * 2) for entry in agreeing.values())
 
-    text = sweep.report(tmp_path)
+    text = utils_results.report(tmp_path)
     assert "| ours |" in text and "| **Breakout** | mean ± std | **35.0 ± 7.1** | | | |" in text
     assert "| Breakout | 0 | 30.0 | — | 100 | — |" in text  # no spread nor wall time in a 3-column rewards.txt
     assert (tmp_path / "aggregate.png").stat().st_size > 0 and (tmp_path / "report.json").exists()
@@ -91,21 +92,21 @@ def test_an_atari100k_sweep_is_compared_with_the_published_runs(tmp_path):
             write_rewards(
                 tmp_path / f"{game}-seed{seed}", [0.0, 1e6], every=100_000, preset="atari100k"
             )  # far above every run
-    summary = sweep.summarize(tmp_path, samples=200)
+    summary = utils_results.summarize(tmp_path, samples=200)
     assert summary["games"]["Breakout"]["published"]["DrQ_eps"] == pytest.approx(19.76, abs=0.01)
     assert summary["published_runs"] == {"DER": 100, "DrQ_eps": 100, "SPR": 100}
     assert set(summary["aggregates"]) == {"ours", "DER", "DrQ_eps", "SPR"}
     for name in ("DER", "DrQ_eps", "SPR"):
         assert summary["improvement"][name] == {"value": 1.0, "interval": (1.0, 1.0)}
-    published = sweep.published_scores(games)[1]["DrQ_eps"]
+    published = utils_results.published_scores(games)[1]["DrQ_eps"]
     assert published.shape == (100, 6)
-    references = sweep.reference_scores()
+    references = utils_results.reference_scores()
     scale = np.array([references[game] for game in games])
     normalised = (published - scale[:, 0]) / (scale[:, 1] - scale[:, 0])
     assert summary["aggregates"]["DrQ_eps"]["iqm"]["value"] == pytest.approx(
         np.mean(np.sort(normalised.ravel())[150:450])
     )
-    text = sweep.report(tmp_path, samples=200)
+    text = utils_results.report(tmp_path, samples=200)
     assert "Probability that ours improves on DrQ_eps: 1.000" in text and "| DrQ_eps |" in text
 
 
@@ -118,12 +119,12 @@ def test_the_report_shows_the_spread_of_each_runs_evaluation_games(tmp_path):
         write_rewards(tmp_path / f"Pong-seed{seed}", [-21.0, -21.0], every=100_000)
         rewards = tmp_path / f"Pong-seed{seed}" / "rewards.txt"
         rewards.write_text(rewards.read_text().splitlines()[0] + "\n" + line + "\n")
-    summary = sweep.summarize(tmp_path, samples=50)
+    summary = utils_results.summarize(tmp_path, samples=50)
     assert summary["games"]["Pong"]["games_spread"] == {
         0: {"std": 0.8, "min": -21.0, "max": -18.0},
         1: {"std": 6.3, "min": -21.0, "max": 9.0},
     }
-    text = sweep.markdown(summary)
+    text = utils_results.markdown(summary)
     assert "| Pong | 0 | -19.8 | 0.8 (-21 to -18) | 100,000 | 59 min |" in text
     assert "| Pong | 1 | -9.1 | 6.3 (-21 to 9) | 100,000 | 58 min |" in text
 
@@ -141,7 +142,7 @@ def test_two_sweeps_side_by_side_as_an_ablation(tmp_path):
             for seed, final in enumerate(finals):
                 write_rewards(tmp_path / sweep_name / f"{game}-seed{seed}", [0.0, final])
     write_rewards(tmp_path / "A" / "Alien-seed0", [0.0, 500.0])  # not in B: in no comparison
-    comparison = sweep.compare(tmp_path / "A", tmp_path / "B", samples=200)
+    comparison = utils_results.compare(tmp_path / "A", tmp_path / "B", samples=200)
     assert list(comparison["games"]) == ["Boxing", "Pong"]
     assert comparison["games"]["Pong"] == {"mean": -5.0, "other_mean": -15.0, "seeds": 2, "other_seeds": 2}
     assert comparison["aggregate_games"] == ["Boxing", "Pong"]
@@ -149,7 +150,7 @@ def test_two_sweeps_side_by_side_as_an_ablation(tmp_path):
     assert comparison["improvement"]["value"] == pytest.approx((3.5 / 4 + 0.0) / 2)
     low, high = comparison["improvement"]["interval"]
     assert low <= comparison["improvement"]["value"] <= high
-    references = sweep.reference_scores()
+    references = utils_results.reference_scores()
     a = np.array([[(x - references[g][0]) / (references[g][1] - references[g][0]) for x in scores["A"][g]]
                   for g in ("Boxing", "Pong")]).T  # fmt: skip
     assert comparison["aggregates"]["A"]["iqm"]["value"] == pytest.approx(np.mean(np.sort(a.ravel())[1:3]))
@@ -169,13 +170,13 @@ def test_games_behind_in_seeds_wait_outside_the_aggregates(tmp_path):
                 write_rewards(
                     folder / f"{game}-seed{seed}", [0.0, 100.0 * seed + len(game)], every=100_000, preset="atari100k"
                 )
-    summary = sweep.summarize(tmp_path / "all", samples=200)
-    complete = sweep.summarize(tmp_path / "complete", samples=200)
+    summary = utils_results.summarize(tmp_path / "all", samples=200)
+    complete = utils_results.summarize(tmp_path / "complete", samples=200)
     assert summary["aggregate_games"] == complete["aggregate_games"] == ["Alien", "Boxing"]
     for key in ("aggregates", "improvement", "published_runs", "runs_per_game"):
         assert summary[key] == complete[key]
     assert "Breakout (1 seed)" in summary["notes"][0]
-    text = sweep.markdown(summary)
+    text = utils_results.markdown(summary)
     assert "Human-normalised scores over 2 games (Alien, Boxing), 2 runs" in text
     assert summary["games"]["Breakout"]["std"] is None and "| **Breakout** | one seed so far | **8.0** |" in text
 
@@ -189,7 +190,7 @@ def test_the_figure_sets_each_game_beside_the_published_runs_and_aggregates_the_
         write_rewards(tmp_path / f"{game}-seed{seed}", [0.0, score], every=100_000, preset="atari100k")
 
     def panels() -> dict[str, object]:
-        drawing = sweep.figure(tmp_path, sweep.summarize(tmp_path, samples=20))
+        drawing = utils_results.figure(tmp_path, utils_results.summarize(tmp_path, samples=20))
         return {panel.get_title().split("\n")[0]: panel for panel in drawing.axes if panel.get_visible()}
 
     atari100k_run("Alien", 0, 700.0)
@@ -199,8 +200,8 @@ def test_the_figure_sets_each_game_beside_the_published_runs_and_aggregates_the_
     assert list(shown) == [
         "Alien", "Boxing", "each game: ours and published", "IQM over 1 game, 95% interval", "performance profiles"
     ]  # fmt: skip
-    random, human = sweep.reference_scores()["Boxing"]
-    boxing_drq = sweep.published_scores(["Alien", "Boxing"])[1]["DrQ_eps"][:, 1]
+    random, human = utils_results.reference_scores()["Boxing"]
+    boxing_drq = utils_results.published_scores(["Alien", "Boxing"])[1]["DrQ_eps"][:, 1]
     middle_half = (np.percentile(boxing_drq, [25, 75]) - random) / (human - random)
     lines = [line for c in shown["each game: ours and published"].collections if isinstance(c, LineCollection)
              for line in c.get_segments()]  # fmt: skip
@@ -348,7 +349,7 @@ def test_a_run_stopped_from_outside_is_resumed_and_an_unfinished_one_never_repor
     assert "Pong-seed1: failed again (exit 0: ended before --steps 300)" in captured.out
     assert "1 run(s) did not reach --steps 300: Pong-seed1" in captured.err
     assert "Left out Pong-seed1: unfinished: evaluated at step 150 of its --steps 300" in captured.out
-    summary = sweep.summarize(out, samples=100)
+    summary = utils_results.summarize(out, samples=100)
     assert list(summary["games"]["Pong"]["last_score"]) == [0]  # only the finished run is a result
     assert "one run per game" in " ".join(summary["notes"])
 
@@ -422,7 +423,7 @@ def test_the_report_takes_each_runs_game_and_steps_from_its_configuration(tmp_pa
             (tmp_path / f"Pong-seed{seed}" / "config.json").unlink()
         else:
             (tmp_path / f"Pong-seed{seed}" / "config.json").write_text(text)
-    summary = sweep.summarize(tmp_path, samples=50)
+    summary = utils_results.summarize(tmp_path, samples=50)
     assert summary["games"]["Pong"]["last_score"] == {0: -5.0}
     left_out = summary["left_out"]
     assert sorted(left_out) == [f"Pong-seed{seed}" for seed in range(1, 6)]
@@ -431,7 +432,7 @@ def test_the_report_takes_each_runs_game_and_steps_from_its_configuration(tmp_pa
         for seed in (1, 2, 3, 4)
     )
     assert left_out["Pong-seed5"] == "the folder is named for Pong, but its run played Breakout"
-    assert "Left out Pong-seed2: its configuration (config.json) cannot be read" in sweep.markdown(summary)
+    assert "Left out Pong-seed2: its configuration (config.json) cannot be read" in utils_results.markdown(summary)
 
 
 def test_the_report_leaves_out_what_it_cannot_trust_and_keeps_its_files_together(tmp_path, monkeypatch):
@@ -443,20 +444,20 @@ def test_the_report_leaves_out_what_it_cannot_trust_and_keeps_its_files_together
     write_rewards(tmp_path / "Pong-seed001", [-21.0, 21.0], every=1000)
     write_rewards(tmp_path / "Pong-seed2", [-21.0, 0.0], every=1000)
     (tmp_path / "Pong-seed2" / "rewards.txt").write_text("  0        0 -21.0\n  1     1000 nan\n")
-    summary = sweep.summarize(tmp_path, samples=50)
+    summary = utils_results.summarize(tmp_path, samples=50)
     assert summary["games"]["Pong"]["last_score"] == {0: -5.0, 1: -7.0}
     assert summary["left_out"]["Pong-seed001"] == "not a sweep's folder name (a sweep names seed 1's Pong-seed1)"
     assert "a score that is not a finite number" in summary["left_out"]["Pong-seed2"]
-    sweep.report(tmp_path, samples=50)
+    utils_results.report(tmp_path, samples=50)
     before = {name: (tmp_path / name).read_bytes() for name in ("report.md", "report.json", "aggregate.png")}
     write_rewards(tmp_path / "Pong-seed3", [-21.0, 3.0], every=1000)
 
     def failing_save(figure, path):
-        raise sweep.plot.PlotError(f"cannot write {path}: No space left on device")
+        raise utils_results.plot.PlotError(f"cannot write {path}: No space left on device")
 
-    monkeypatch.setattr(sweep.plot, "save", failing_save)
-    with pytest.raises(sweep.SweepError, match="No space left on device"):
-        sweep.report(tmp_path, samples=50)
+    monkeypatch.setattr(utils_results.plot, "save", failing_save)
+    with pytest.raises(utils_results.ReportError, match="No space left on device"):
+        utils_results.report(tmp_path, samples=50)
     assert {name: (tmp_path / name).read_bytes() for name in before} == before
 
 
@@ -470,7 +471,7 @@ def test_a_failed_runs_reason_is_never_a_progress_bar_line(tmp_path):
 def test_a_report_marks_runs_at_different_steps(tmp_path):
     for seed, step in ((0, 300), (1, 500)):
         write_rewards(tmp_path / f"Pong-seed{seed}", [-21.0, -10.0], every=step)
-    summary = sweep.summarize(tmp_path, samples=100)
+    summary = utils_results.summarize(tmp_path, samples=100)
     assert summary["games"]["Pong"]["last_step"] == {0: 300, 1: 500}
     assert "different steps (300, 500)" in " ".join(summary["notes"])
 
@@ -619,10 +620,10 @@ def test_ctrl_c_while_ray_starts_and_an_address_with_no_ray_are_one_line(tmp_pat
 
 
 def test_the_readme_shows_the_committed_atari100k_reports():
-    """Each results table the README shows between markers is that committed file (the first
+    """Each results table docs/results.md shows between markers is that committed file (the first
     pipeline's report always), and each report is that of the committed runs (their scores, spreads,
     steps and wall times; the intervals are resampled here with fewer draws)."""
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "results.md").read_text()
     files = re.findall(r"<!-- (results/[\w/-]+\.md) -->\n", readme)
     assert "results/atari100k-v1/report.md" in files
     for file in files:
@@ -630,5 +631,7 @@ def test_the_readme_shows_the_committed_atari100k_reports():
         shown = readme.split(start, 1)[1].split(end, 1)[0]
         assert shown.strip() == (ROOT / file).read_text().strip()
         if file.endswith("/report.md"):
-            games_table = sweep.markdown(sweep.summarize((ROOT / file).parent, samples=20)).split("\n\n")[0]
+            games_table = utils_results.markdown(utils_results.summarize((ROOT / file).parent, samples=20)).split(
+                "\n\n"
+            )[0]
             assert games_table in shown
