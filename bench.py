@@ -397,9 +397,6 @@ SHARED_ROWS = [
 ROWS = [
     ("train_step_ms", "one learning step, batch 32 (ms)", ".2f"),
     ("act_ms", "one greedy action, batch 1 (ms)", ".3f"),
-    ("act_graphed_ms", "the same as one CUDA graph (ms)", ".3f"),
-    ("env_step_ms_all_threads", "one emulator step, torch with all CPUs' threads (ms)", ".3f"),
-    ("env_step_ms_one_thread", "one emulator step, torch with one thread (ms)", ".3f"),
     ("env_step_ms", "one preprocessed env step (ms)", ".3f"),
     ("bound_isolated_sps", "loop limit from the three above (steps/s)", ".1f"),
     ("work_in_loop_order_uniform_ms", "sample + learn, then 4 (act, env step, push), in order, uniform (ms)", ".2f"),

@@ -4,7 +4,7 @@
 #
 #     bash scripts/cleanrl_breakout.sh SEED [STEPS]     # SEED 1, 2 or 3; STEPS 150000 by default
 #
-# Needs the package index (and GitHub, unless CLEANRL_GIT_DIR is a git dir holding the commit below). Builds its own
+# Needs the package index (and GitHub for CleanRL's files, see scripts/cleanrl_source.sh). Builds its own
 # environment in .cleanrl/ (git-ignored): CleanRL's pins where they install here (gymnasium 0.29.1, numpy 1,
 # tyro 0.5.10), with ale-py 0.9.1 instead of 0.8.1 (0.9 bundles the ROMs, which 0.8.1 fetches through AutoROM) and
 # this project's torch 2.13.0 (CPU). ale-py >= 0.9 registers its games only when imported, so the script runs
@@ -15,16 +15,14 @@ set -euo pipefail
 
 SEED=${1:?usage: bash scripts/cleanrl_breakout.sh SEED [STEPS]}
 STEPS=${2:-150000}
-COMMIT=004f8a086a892a2a180f4dd332b90d83a968aa7a  # the last commit to change cleanrl/dqn_atari.py (2025-07-08)
-CLEANRL_GIT_DIR=${CLEANRL_GIT_DIR:-/work/.mirror/vwxyzjn+cleanrl/repo}
 PYTHON=${PYTHON:-python3}
 
 cd "$(dirname "$0")/.."
 WORK=.cleanrl
 VENV=$WORK/venv
-SRC=$WORK/src-$COMMIT
+SRC=$WORK/src
 OUT=results/breakout/cleanrl-seed$SEED
-mkdir -p "$WORK" "$SRC/cleanrl_utils/evals"
+mkdir -p "$WORK"
 
 if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
@@ -33,24 +31,7 @@ if [ ! -x "$VENV/bin/python" ]; then
         opencv-python-headless
 fi
 
-FILES=(cleanrl/dqn_atari.py cleanrl_utils/__init__.py cleanrl_utils/atari_wrappers.py cleanrl_utils/buffers.py
-    cleanrl_utils/evals/__init__.py cleanrl_utils/evals/dqn_eval.py)
-for f in "${FILES[@]}"; do
-    dest=$SRC/${f#cleanrl/}
-    [ -s "$dest" ] && continue
-    if git --git-dir="$CLEANRL_GIT_DIR" cat-file -e "$COMMIT:$f" 2>/dev/null; then
-        git --git-dir="$CLEANRL_GIT_DIR" show "$COMMIT:$f" >"$dest.tmp"
-    else
-        curl -fsSL "https://raw.githubusercontent.com/vwxyzjn/cleanrl/$COMMIT/$f" -o "$dest.tmp"
-    fi
-    mv "$dest.tmp" "$dest"
-done
-cat >"$SRC/dqn_atari_ale.py" <<'EOF'
-import os, runpy, sys
-import ale_py  # noqa: F401  (registers BreakoutNoFrameskip-v4 with gymnasium)
-sys.argv[0] = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dqn_atari.py")
-runpy.run_path(sys.argv[0], run_name="__main__")
-EOF
+[ -s "$SRC/COMMIT" ] || bash scripts/cleanrl_source.sh "$SRC"
 
 # --preset cleanrl-short in CleanRL's terms: epsilon from 1 to 0.01 over 100,000 steps is an exploration fraction of
 # 100000 / STEPS of the run.
@@ -61,11 +42,11 @@ ARGS=(--env-id BreakoutNoFrameskip-v4 --seed "$SEED" --total-timesteps "$STEPS" 
 RUN=$WORK/run-seed$SEED
 rm -rf "$RUN" && mkdir -p "$RUN"
 start=$(date +%s)
-(cd "$RUN" && ../venv/bin/python "../src-$COMMIT/dqn_atari_ale.py" "${ARGS[@]}") >"$RUN/stdout.log" 2>&1
+(cd "$RUN" && ../venv/bin/python ../src/dqn_atari_ale.py "${ARGS[@]}") >"$RUN/stdout.log" 2>&1
 seconds=$(($(date +%s) - start))
 
 mkdir -p "$OUT"
-"$VENV/bin/python" - "$RUN" "$OUT" "$COMMIT" "$seconds" "${ARGS[@]}" <<'EOF'
+"$VENV/bin/python" - "$RUN" "$OUT" "$(cat "$SRC/COMMIT")" "$seconds" "${ARGS[@]}" <<'EOF'
 import json, os, platform, sys
 from importlib.metadata import version
 from pathlib import Path

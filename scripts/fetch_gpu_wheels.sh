@@ -15,14 +15,12 @@
 # does not import it, so run CleanRL through .whl/cleanrl/dqn_atari_ale.py (written below), which imports ale_py first.
 set -euo pipefail
 
-COMMIT=004f8a086a892a2a180f4dd332b90d83a968aa7a
-CLEANRL_GIT_DIR=${CLEANRL_GIT_DIR:-/work/.mirror/vwxyzjn+cleanrl/repo}
 PYTHON=${PYTHON:-python3}
 
 cd "$(dirname "$0")/.."
 OURS=.whl/ours
 CLEANRL=.whl/cleanrl
-mkdir -p "$OURS" "$CLEANRL/cleanrl_utils/evals"
+mkdir -p "$OURS" "$CLEANRL"
 
 download() {  # download DEST REQUIREMENT...: CPython 3.12 manylinux x86-64 wheels, without dependencies
     local dest=$1
@@ -43,31 +41,7 @@ download "$OURS" gymnasium==1.4.0 ale-py==0.12.1 farama-notifications==0.0.6
 download "$CLEANRL" gymnasium==0.29.1 ale-py==0.9.1 numpy==1.26.4 farama-notifications==0.0.6 \
     tyro==0.8.14 docstring-parser==0.16 shtab==1.6.4
 
-# CleanRL's script and the cleanrl_utils modules it imports (evals/dqn_eval.py only with --save-model).
-FILES=(cleanrl/dqn_atari.py cleanrl_utils/__init__.py cleanrl_utils/atari_wrappers.py cleanrl_utils/buffers.py
-    cleanrl_utils/evals/__init__.py cleanrl_utils/evals/dqn_eval.py)
-for f in "${FILES[@]}"; do
-    out=$CLEANRL/${f#cleanrl/}
-    if git --git-dir="$CLEANRL_GIT_DIR" cat-file -e "$COMMIT:$f" 2>/dev/null; then
-        git --git-dir="$CLEANRL_GIT_DIR" show "$COMMIT:$f" >"$out.tmp"
-    else
-        curl -fsSL "https://raw.githubusercontent.com/vwxyzjn/cleanrl/$COMMIT/$f" -o "$out.tmp"
-    fi
-    mv "$out.tmp" "$out"
-done
-
-cat >"$CLEANRL/dqn_atari_ale.py" <<'EOF'
-# Runs CleanRL's dqn_atari.py (same folder, same arguments) after importing ale_py: ale-py >= 0.9 registers its
-# Atari envs (BreakoutNoFrameskip-v4, ...) only when imported, and gymnasium 0.29.1 does not import it.
-import os
-import runpy
-import sys
-
-import ale_py  # noqa: F401
-
-script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dqn_atari.py")
-sys.argv[0] = script
-runpy.run_path(script, run_name="__main__")
-EOF
+# CleanRL's script, the cleanrl_utils modules it imports and the wrapper that runs it.
+bash scripts/cleanrl_source.sh "$CLEANRL"
 
 du -sh "$OURS" "$CLEANRL"
