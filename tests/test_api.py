@@ -2,6 +2,7 @@
 train with main.py's flags as arguments, gymnasium's checker and wrappers, and the install."""
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -137,3 +138,13 @@ def test_the_package_installs_every_module_and_its_commands():
         [str(sweep_command), "--report", "/no/such"], cwd="/", capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 2 and done.stderr.strip() == "dqn-sweep: error: /no/such is not a folder of a sweep"
+
+
+def test_the_readme_counts_the_tests_of_this_suite():
+    """The README's count of tests (and of those that need a GPU) is the suite's own: one collection."""
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-m", "cuda"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    cuda, total = re.search(r"(\d+)/(\d+) tests collected", collected.stdout).groups()
+    assert f"{total} tests, {cuda} of which need a CUDA GPU" in (ROOT / "README.md").read_text()
