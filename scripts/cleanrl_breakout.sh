@@ -3,7 +3,7 @@
 # settings of our --preset cleanrl-short, and commits-ready files of its training games.
 #
 #     bash scripts/cleanrl_breakout.sh SEED [STEPS]     # SEED 1, 2 or 3; STEPS 150000 by default
-#     THREADS=1 bash scripts/cleanrl_breakout.sh SEED   # torch's CPU threads (OMP_NUM_THREADS), 2 by default
+#     THREADS=2 bash scripts/cleanrl_breakout.sh SEED   # torch's CPU threads (OMP_NUM_THREADS), 1 by default
 #
 # Needs the package index (and GitHub for CleanRL's files, see scripts/cleanrl_source.sh). Builds its own
 # environment in .cleanrl/ (git-ignored): CleanRL's pins where they install here (gymnasium 0.29.1, numpy 1,
@@ -17,7 +17,7 @@ set -euo pipefail
 SEED=${1:?usage: bash scripts/cleanrl_breakout.sh SEED [STEPS]}
 STEPS=${2:-150000}
 PYTHON=${PYTHON:-python3}
-THREADS=${THREADS:-2}  # as bench.py --learning's --threads 2; the count changes the numerics, so run.json says it
+THREADS=${THREADS:-1}  # one thread per run is the most steps per core; the count changes the numerics: run.json says it
 
 cd "$(dirname "$0")/.."
 WORK=.cleanrl
