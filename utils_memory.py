@@ -488,6 +488,7 @@ def _find_leaves(nodes: np.ndarray, uniforms: np.ndarray, slots: np.ndarray) -> 
 
 @numba.njit(cache=True)
 def _priority(td_error: float, priority_eps: float, alpha: float) -> float:
+    """The priority of one TD error: (|error| + priority_eps) ** alpha, in float64."""
     return (abs(np.float64(td_error)) + priority_eps) ** alpha
 
 
@@ -626,7 +627,7 @@ class PrioritizedReplayMemory(ReplayMemory):
     def priority(self, td_errors: np.ndarray) -> np.ndarray:
         """(|TD error| + priority_eps) ** alpha, as float64."""
         errors = np.asarray(td_errors, dtype=np.float64)
-        priorities = np.empty_like(errors)
+        priorities = np.empty(errors.shape)  # C-ordered, so that its ravel() is a view to fill
         _priorities(errors.ravel(), self.priority_eps, self.alpha, priorities.ravel())
         return priorities
 
