@@ -81,6 +81,24 @@ def test_the_readme_shows_the_committed_gpu_check():
     assert f"**{ratio:.2f}\N{MULTIPLICATION SIGN}** the uniform one" in readme
 
 
+def test_the_readme_summarises_the_committed_gpu_check():
+    """The README's GPU figures are those of the committed GPU check and alternating rounds."""
+    readme = " ".join((ROOT / "README.md").read_text().split())  # lines wrapped anywhere
+    figures = json.loads((ROOT / "results/gpu/h100-run3/gpu_check.json").read_text())["bench"]
+    rounds = json.loads((ROOT / "results/gpu/h100-run3/uniform_prioritized_alternating.json").read_text())
+    prioritized, uniform = statistics.mean(rounds["prioritized"]), statistics.mean(rounds["uniform"])
+    ours, cleanrl = figures["sps_uniform_device"], figures["sps_cleanrl"]
+    for shown in (
+        f"our default loop **{ours:.0f}** against CleanRL's **{cleanrl:.0f}**, alternating, **{ours / cleanrl:.2f}\N{MULTIPLICATION SIGN}**",
+        f"frames in host RAM {figures['sps_uniform_host']:.0f} (timed once)",
+        f"prioritized replay {prioritized / uniform:.2f}\N{MULTIPLICATION SIGN} the uniform loop ({prioritized:.0f} against {uniform:.0f}",
+        f"{figures['train_step_graphed_ms']:.3f} ms as a CUDA graph ({figures['train_step_ms']:.3f} eager)",
+        f"peak at {figures['gpu_memory_peak_gib']:.2f} GiB",
+        f"about {figures['hours_per_10m_steps']:.2f} hours",
+    ):
+        assert shown in readme, shown
+
+
 def test_cleanrl_steps_per_second_are_dated_from_its_sps_lines(tmp_path):
     """CleanRL prints global_step / seconds since its start every 100 steps once learning: a stand-in
     that runs 1,000 steps/s before learning and 250 after gives 250 between its first and last line."""
