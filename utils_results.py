@@ -565,14 +565,25 @@ SCORE_RANGES = [(0, 20_000), (20_000, 50_000), (50_000, 100_000), (100_000, 150_
 # above, on this kind of machine (about 40 minutes of its wall time).
 SCORE_THRESHOLD = 23.3
 SCORE_WINDOW = 100
-# CleanRL's dqn_atari.py with the settings above, seeds 1, 2 and 3, measured on this kind of machine
-# (2 CPU cores): the mean raw score of its training games (episodic_return) ending in each range.
-CLEANRL_BREAKOUT = {
-    1: {(0, 20_000): 1.95, (20_000, 50_000): 1.12, (50_000, 100_000): 3.67, (100_000, 150_000): 12.05,
-        (150_000, 200_000): 21.8, (200_000, 250_000): 24.8},
-    2: {(0, 20_000): 1.28, (20_000, 50_000): 1.39, (50_000, 100_000): 3.80, (100_000, 150_000): 14.44},
-    3: {(0, 20_000): 1.53, (20_000, 50_000): 1.24, (50_000, 100_000): 3.17, (100_000, 150_000): 12.20},
-}  # fmt: skip
+# CleanRL's side: its dqn_atari.py with the settings above, one committed run per seed
+# (scripts/cleanrl_breakout.sh writes CLEANRL_RUNS/cleanrl-seed<k>/episodes.csv and run.json).
+CLEANRL_RUNS = ROOT / "results" / "breakout"
+
+
+def cleanrl_scores(seed: int, runs: Path = CLEANRL_RUNS) -> dict[tuple[int, int], float]:
+    """The mean raw score of the training games of CleanRL's committed run of ``seed`` that ended in
+    each of SCORE_RANGES the run covers whole (by its --total-timesteps); {} where none is committed."""
+    folder = runs / f"cleanrl-seed{seed}"
+    if not (folder / "episodes.csv").exists():
+        return {}
+    command = json.loads((folder / "run.json").read_text())["command"].split()
+    steps = int(command[command.index("--total-timesteps") + 1])
+    games = np.loadtxt(folder / "episodes.csv", delimiter=",", skiprows=1, ndmin=2)  # step, return, frames
+    return {
+        (low, high): float(games[(games[:, 0] > low) & (games[:, 0] <= high), 1].mean())
+        for low, high in SCORE_RANGES
+        if high <= steps
+    }
 
 
 def time_to_score(games: np.ndarray, threshold: float, window: int = SCORE_WINDOW) -> dict[str, Any]:
@@ -605,7 +616,7 @@ def learning_report(run: Path, threshold: float = SCORE_THRESHOLD) -> dict[str, 
                 "steps": [low, min(high, last_step)],
                 "games": len(scores),
                 "mean_score": float(scores.mean()) if len(scores) else None,
-                "cleanrl": CLEANRL_BREAKOUT.get(config["seed"], {}).get((low, high)) if high <= last_step else None,
+                "cleanrl": cleanrl_scores(config["seed"]).get((low, high)) if high <= last_step else None,
             }
         )
     # --steps too: prioritized replay's beta anneals to 1 over the run's steps, so it changes the run.
@@ -648,7 +659,7 @@ def learning_table(reports: list[dict[str, Any]]) -> str:
         rows = [report["ranges"][i] if i < len(report["ranges"]) else None for report in reports]
         if not any(rows):
             break
-        references = [CLEANRL_BREAKOUT.get(seed, {}).get((low, high)) for seed in seeds]
+        references = [cleanrl_scores(seed).get((low, high)) for seed in seeds]
         reference = " / ".join("—" if value is None else f"{value:.2f}" for value in references)
         lines.append(
             f"{f'{low // 1000}k-{high // 1000}k':<12}"
@@ -706,7 +717,7 @@ def seeds_table(reports: list[dict[str, Any]], up_to: int) -> str:
             rows = [run["ranges"][i] if i < len(run["ranges"]) and run["ranges"][i]["steps"][1] == high else None
                     for run in runs]  # fmt: skip
             cells.append(scores([row["mean_score"] if row else None for row in rows]))
-        cells.append(scores([CLEANRL_BREAKOUT.get(seed, {}).get((low, high)) for seed in seeds]))
+        cells.append(scores([cleanrl_scores(seed).get((low, high)) for seed in seeds]))
         lines.append(f"| {low // 1000}-{high // 1000}k | " + " | ".join(cells) + " |")
     evaluations = [
         scores([next((e["mean_score"] for e in run["evaluations"] if e["step"] == up_to), None) for run in runs])

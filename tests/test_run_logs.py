@@ -128,21 +128,23 @@ def test_learning_report_groups_games_by_step_range(tmp_path):
     report = utils_results.learning_report(run)
     assert report["steps"] == 120_000 and report["seed"] == 1 and report["settings"]["adam_eps"] == 1e-8
     ranges = {tuple(r["steps"]): (r["games"], r["mean_score"], r["cleanrl"]) for r in report["ranges"]}
+    cleanrl = utils_results.cleanrl_scores(1)  # CleanRL's committed seed-1 run, beside our seed 1
     assert ranges == {
-        (0, 20_000): (2, 1250.0, 1.95),
-        (20_000, 50_000): (0, None, 1.12),
-        (50_000, 100_000): (2, 7950.0, 3.67),
+        (0, 20_000): (2, 1250.0, cleanrl[(0, 20_000)]),
+        (20_000, 50_000): (0, None, cleanrl[(20_000, 50_000)]),
+        (50_000, 100_000): (2, 7950.0, cleanrl[(50_000, 100_000)]),
         (100_000, 120_000): (2, 11000.05, None),  # a partial range has no reference
     }
     assert [e["step"] for e in report["evaluations"]] == [0, 50_000, 100_000, 120_000]
     other = fake_benchmark_run(tmp_path / "short", [10_000], [(0, 1.0), (30_000, 2.0)])
     table = utils_results.learning_table([report, utils_results.learning_report(other)])
     rows = {line.split()[0]: line.split()[1:] for line in table.splitlines() if line[:1].isdigit()}
+    shown = {(low, high): f"{score:.2f}" for (low, high), score in cleanrl.items()}
     assert rows == {
-        "0k-20k": ["1250.00", "(2)", "1000.00", "(1)", "1.95"],
-        "20k-50k": ["—", "(0)", "—*", "(0)", "1.12"],
-        "50k-100k": ["7950.00", "(2)", "3.67"],
-        "100k-150k": ["11000.05*", "(2)", "12.05"],
+        "0k-20k": ["1250.00", "(2)", "1000.00", "(1)", shown[(0, 20_000)]],
+        "20k-50k": ["—", "(0)", "—*", "(0)", shown[(20_000, 50_000)]],
+        "50k-100k": ["7950.00", "(2)", shown[(50_000, 100_000)]],
+        "100k-150k": ["11000.05*", "(2)", shown[(100_000, 150_000)]],
     }
     assert "uniform: 0k: 1.0, 50k: 2.0, 100k: 8.0, 120k: 9.5" in table
     # Time to score 23.3 (the default): the mean of 100 games; these runs have too few games.
@@ -173,3 +175,16 @@ def test_time_to_score_is_the_first_game_where_the_moving_mean_reaches_the_thres
     assert utils_results.time_to_score(read_episodes(path), 5.0, window=2) == {
         "threshold": 5.0, "window": 2, "step": 20, "seconds": None,  # older runs kept no wall time
     }  # fmt: skip
+
+
+def test_cleanrls_column_is_the_mean_score_of_its_committed_games_per_range(tmp_path):
+    """CleanRL's side of the Breakout table comes from a committed run's episodes.csv: per range of
+    steps its games' mean raw score, only for ranges its --total-timesteps covers whole; a seed
+    without a committed run has none."""
+    folder = tmp_path / "cleanrl-seed4"
+    folder.mkdir()
+    (folder / "run.json").write_text('{"command": "python cleanrl/dqn_atari.py --seed 4 --total-timesteps 60000"}')
+    (folder / "episodes.csv").write_text("step,return,frames\n100,1,800\n20000,3,900\n20001,2,700\n49000,4,600\n")
+    scores = utils_results.cleanrl_scores(4, tmp_path)
+    assert scores == {(0, 20_000): 2.0, (20_000, 50_000): 3.0}  # 50-100k is not covered whole
+    assert utils_results.cleanrl_scores(5, tmp_path) == {}
