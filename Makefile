@@ -22,7 +22,7 @@ install: $(VENV)/installed
 # torch 2.13.0 first, unless .venv already has a torch (a GPU build you installed): that
 # release's CPU build is on these machines' disk, and a bare `torch` requirement would
 # otherwise fetch a multi-GB CUDA build.
-$(VENV)/installed: requirements.txt
+$(VENV)/installed: requirements.txt pyproject.toml  # its module list: a new module reinstalls
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -r requirements.txt pytest==9.2.0 ruff==0.17.6 tensorboard "ray>=2.40" "setuptools>=68"

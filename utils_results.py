@@ -606,6 +606,7 @@ def learning_report(run: Path, threshold: float = SCORE_THRESHOLD) -> dict[str, 
     games = read_episodes(run / EPISODES_FILE)
     curve = plot.read_curve(run / REWARDS_FILE)
     last_step = int(curve.steps[-1])
+    cleanrl = cleanrl_scores(config["seed"])
     ranges = []
     for low, high in SCORE_RANGES:
         if low >= last_step:
@@ -616,7 +617,7 @@ def learning_report(run: Path, threshold: float = SCORE_THRESHOLD) -> dict[str, 
                 "steps": [low, min(high, last_step)],
                 "games": len(scores),
                 "mean_score": float(scores.mean()) if len(scores) else None,
-                "cleanrl": cleanrl_scores(config["seed"]).get((low, high)) if high <= last_step else None,
+                "cleanrl": cleanrl.get((low, high)) if high <= last_step else None,
             }
         )
     # --steps too: prioritized replay's beta anneals to 1 over the run's steps, so it changes the run.
@@ -651,6 +652,7 @@ def learning_table(reports: list[dict[str, Any]]) -> str:
     names = [Path(report["run"]).name for report in reports]
     width = max(14, *(len(name) for name in names)) + 2
     seeds = sorted({report["seed"] for report in reports})
+    cleanrl = {seed: cleanrl_scores(seed) for seed in seeds}
     lines = [
         "mean score of the training games that ended in each range of steps (in brackets: how many)",
         f"{'steps':<12}" + "".join(f"{name:>{width}}" for name in names) + f"{'CleanRL':>{6 * len(seeds) + 4}}",
@@ -659,7 +661,7 @@ def learning_table(reports: list[dict[str, Any]]) -> str:
         rows = [report["ranges"][i] if i < len(report["ranges"]) else None for report in reports]
         if not any(rows):
             break
-        references = [cleanrl_scores(seed).get((low, high)) for seed in seeds]
+        references = [cleanrl[seed].get((low, high)) for seed in seeds]
         reference = " / ".join("—" if value is None else f"{value:.2f}" for value in references)
         lines.append(
             f"{f'{low // 1000}k-{high // 1000}k':<12}"
@@ -698,6 +700,7 @@ def seeds_table(reports: list[dict[str, Any]], up_to: int) -> str:
         flags = ", ".join(f"{key} {value}" for key, value in settings.items() if key not in ("steps", "prioritized"))
         groups.setdefault(f"{name} ({flags})", []).append(report)
     seeds = sorted({report["seed"] for report in reports})
+    cleanrl = {seed: cleanrl_scores(seed) for seed in seeds}
 
     def seeds_of(numbers: list[int]) -> str:
         return f"seed {' / '.join(map(str, numbers))}" + " (mean)" * (len(numbers) > 1)
@@ -717,7 +720,7 @@ def seeds_table(reports: list[dict[str, Any]], up_to: int) -> str:
             rows = [run["ranges"][i] if i < len(run["ranges"]) and run["ranges"][i]["steps"][1] == high else None
                     for run in runs]  # fmt: skip
             cells.append(scores([row["mean_score"] if row else None for row in rows]))
-        cells.append(scores([cleanrl_scores(seed).get((low, high)) for seed in seeds]))
+        cells.append(scores([cleanrl[seed].get((low, high)) for seed in seeds]))
         lines.append(f"| {low // 1000}-{high // 1000}k | " + " | ".join(cells) + " |")
     evaluations = [
         scores([next((e["mean_score"] for e in run["evaluations"] if e["step"] == up_to), None) for run in runs])
