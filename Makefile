@@ -1,6 +1,7 @@
 # Two commands on a fresh machine: `make run` trains (pass flags with ARGS="..."; the defaults are the paper's
 # settings over 10M steps, about 15 hours on 2 CPU cores: ARGS="--preset cleanrl-short" is 250k, about 25 minutes), `make test` tests.
-# tensorboard (--tensorboard) and ray (--actors) are optional for training but installed here so their tests run.
+# tensorboard (--tensorboard), ray (--actors) and minatar (a gymnasium environment) are optional for training but
+# installed here so their tests run.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -25,6 +26,6 @@ install: $(VENV)/installed
 $(VENV)/installed: requirements.txt pyproject.toml  # its module list: a new module reinstalls
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -r requirements.txt pytest==9.2.0 ruff==0.17.6 tensorboard "ray>=2.40" "setuptools>=68"
+	$(BIN)/python -m pip install --quiet -r requirements.txt pytest==9.2.0 ruff==0.17.6 tensorboard "ray>=2.40" "setuptools>=68" minatar==1.0.15
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .   # the modules and the dqn-* commands
 	touch $@

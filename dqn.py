@@ -6,8 +6,10 @@ env = agent.make_env(seed=1)                          # its game, as a gymnasium
 observation, info = env.reset()
 observation, reward, terminated, truncated, info = env.step(agent.act(observation))
 
-dqn.train(env="Pong", preset="cleanrl-short", steps=3000, out="runs/pong")  # main.py's flags as arguments
-gymnasium.make("dqn/Atari-v0", game="Pong")          # the environment alone, registered with gymnasium
+run = dqn.train(env="Pong", preset="cleanrl-short", steps=3000, out="runs/pong")  # main.py's flags as arguments
+run.folder, run.agent                                 # the run folder and its trained agent
+dqn.train(env="MinAtar/Breakout-v1", network="minatar")  # any gymnasium environment: an id, or gymnasium.make's env
+gymnasium.make("dqn/Atari-v0", game="Pong")          # the Atari environment alone, registered with gymnasium
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import argparse
 import contextlib
 import io
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium
 import numpy as np
@@ -24,7 +26,7 @@ import numpy as np
 import main
 from utils_config import build_parser, device_problem, parse_config, pick_device
 from utils_drl import Agent
-from utils_env import FRAME_SIZE, STACK_DEPTH, AtariEnv, AtariGymEnv, evaluate
+from utils_env import FRAME_SIZE, STACK_DEPTH, AtariGymEnv, GymEnv, env_label, evaluate, is_atari, make_gym_env
 from utils_run import load_checkpoint, load_newest_checkpoint
 
 gymnasium.register(id="dqn/Atari-v0", entry_point="utils_env:AtariGymEnv")
@@ -32,47 +34,65 @@ OBSERVATION_SHAPE = (STACK_DEPTH, FRAME_SIZE, FRAME_SIZE)
 
 
 class TrainedAgent:
-    """A checkpoint's network, acting on the observations of its game (``make_env``)."""
+    """A checkpoint's network, acting on the observations of its environment (``make_env``)."""
 
     def __init__(self, checkpoint: dict[str, Any], device: str = "auto") -> None:
         defaults = vars(build_parser().parse_args([]))
         self.config = argparse.Namespace(**{**defaults, **checkpoint["config"]})  # options newer than the run: defaults
         self.step: int = checkpoint["run"]["step"]
-        self.n_actions = AtariEnv(self.config.env, 0, **self.env_options()).n_actions
+        game = main.make_env(self.config, 0)
+        self.n_actions = game.n_actions
+        # A gymnasium environment's observations become the agent's states as in training.
+        self._gym_env = game if isinstance(game, GymEnv) else None
+        space = game.env.observation_space if isinstance(game, GymEnv) else None
+        self.observation_shape = space.shape if space is not None else OBSERVATION_SHAPE
+        self._observation_dtype = space.dtype if space is not None else np.dtype(np.uint8)
         problem = device_problem(device)
         if problem:
             raise ValueError(f"device {device!r}: {problem}")
-        self._agent = Agent(self.n_actions, pick_device(device), seed=0, **main.agent_options(self.config))
+        self._agent = Agent(self.n_actions, pick_device(device), seed=0, **main.agent_options(self.config, game))
         self._agent.online.load_state_dict(checkpoint["agent"]["online"])
         self._rng = np.random.default_rng(0)
 
     def act(self, observation: np.ndarray, epsilon: float = 0.0) -> int:
-        """The greedy action for a (4, 84, 84) uint8 frame stack; with probability ``epsilon`` a
-        random one (the run's evaluation protocol: ``epsilon=agent.config.eval_epsilon``). Anything
-        else raises ValueError: frames scaled to [0, 1] would silently become black ones."""
+        """The greedy action for an observation of ``make_env``'s environment (an Atari game's: a
+        (4, 84, 84) uint8 frame stack); with probability ``epsilon`` a random one (the run's
+        evaluation protocol: ``epsilon=agent.config.eval_epsilon``). Anything else raises
+        ValueError: frames scaled to [0, 1] would silently become black ones."""
         frames = np.asarray(observation)
-        if frames.shape != OBSERVATION_SHAPE:
+        if frames.shape != self.observation_shape:
             raise ValueError(
-                f"an observation is a {OBSERVATION_SHAPE} frame stack (make_env's), got shape {frames.shape}"
+                f"an observation is a {self.observation_shape} array (make_env's), got shape {frames.shape}"
             )
+        if not 0.0 <= epsilon <= 1.0:  # also refuses nan
+            raise ValueError(f"epsilon must be within [0, 1], got {epsilon}")
+        if self._gym_env is not None:
+            if frames.dtype != self._observation_dtype:
+                raise ValueError(f"an observation holds {self._observation_dtype} values, got {frames.dtype}")
+            return self._agent.act(self._gym_env.state(frames), epsilon, self._rng)
         if frames.dtype != np.uint8:
             whole = np.issubdtype(frames.dtype, np.number) and np.array_equal(frames, np.round(frames))
             if not (whole and frames.min() >= 0 and frames.max() <= 255):
                 raise ValueError(f"an observation holds uint8 pixels, 0 to 255; got {frames.dtype} values")
             frames = frames.astype(np.uint8)
-        if not 0.0 <= epsilon <= 1.0:  # also refuses nan
-            raise ValueError(f"epsilon must be within [0, 1], got {epsilon}")
         return self._agent.act(frames, epsilon, self._rng)
 
     def env_options(self) -> dict[str, Any]:
-        """The run's game settings (sticky actions, frame limit, no-op starts, ...), but its id and seed."""
+        """The run's Atari game settings (sticky actions, frame limit, no-op starts, ...), but its id and seed."""
         options = main.env_options(self.config)
         del options["env_id"]
         return options
 
-    def make_env(self, seed: int = 0, render_mode: str | None = None, **overrides: Any) -> AtariGymEnv:
-        """The run's game with the run's settings (``overrides`` change them, e.g. sticky_actions=0.25,
-        but not the actions the network chooses from)."""
+    def make_env(self, seed: int = 0, render_mode: str | None = None, **overrides: Any) -> gymnasium.Env:
+        """The run's game with the run's settings (``overrides`` change an Atari game's, e.g.
+        sticky_actions=0.25, but not the actions the network chooses from); a gymnasium environment
+        as the run made it (seeded by its first ``reset(seed=...)``)."""
+        if self._gym_env is not None:
+            if overrides:
+                raise ValueError(
+                    f"{', '.join(overrides)}: Atari game settings; {env_label(self.config.env)} is not one"
+                )
+            return make_gym_env(self.config.env, render_mode)
         if overrides.get("full_action_space", self.config.full_action_space) != self.config.full_action_space:
             raise ValueError(
                 f"full_action_space: the network chooses among the actions it was trained on ({self.n_actions})"
@@ -84,9 +104,13 @@ class TrainedAgent:
         """Whole games with the run's evaluation protocol (its --eval-epsilon unless given): their raw scores."""
         if not isinstance(episodes, int) or episodes < 1:
             raise ValueError(f"episodes must be a whole number of 1 or more, got {episodes!r}")
-        env = AtariEnv(self.config.env, seed, **self.env_options())
+        env = main.make_env(self.config, seed)
         epsilon = self.config.eval_epsilon if epsilon is None else epsilon
-        return evaluate(self.act, env, episodes, epsilon, stack_rule=main.stack_rule(self.config)).scores
+        return evaluate(self._act_on_state, env, episodes, epsilon, stack_rule=main.stack_rule(self.config, env)).scores
+
+    def _act_on_state(self, state: np.ndarray, epsilon: float) -> int:
+        """``act`` on a state the agent's own frame stack built (not a gymnasium observation)."""
+        return self._agent.act(state, epsilon, self._rng)
 
 
 def load_agent(path: str | Path, device: str = "auto") -> TrainedAgent:
@@ -96,10 +120,20 @@ def load_agent(path: str | Path, device: str = "auto") -> TrainedAgent:
     return TrainedAgent(checkpoint, device)
 
 
-def train(**options: Any) -> Path:
+class TrainedRun(NamedTuple):
+    folder: Path  # the run folder, as main.py leaves it
+    agent: TrainedAgent  # its newest checkpoint's agent, ready to act
+
+
+def train(**options: Any) -> TrainedRun:
     """Train exactly as ``python main.py`` with these flags (``preset="atari100k"``, ``n_step=3``,
-    ``double=True``, ``fire_reset=False``, ``resume="runs/x"``) and return the run folder. Bad
-    options raise ValueError with main.py's one line; a failed or stopped run raises RuntimeError."""
+    ``double=True``, ``fire_reset=False``, ``resume="runs/x"``); return the run folder and its
+    trained agent. ``env`` is a name or id as ``--env`` takes it, or an environment that
+    ``gymnasium.make`` made (wrappers included: its spec, saved in the run's config, makes new ones
+    for evaluations and resumes). Bad options raise ValueError with main.py's one line; a failed or
+    stopped run raises RuntimeError."""
+    if isinstance(options.get("env"), gymnasium.Env):
+        options["env"] = env_recipe(options["env"])
     switches = {action.dest for action in build_parser()._actions if isinstance(action, argparse.BooleanOptionalAction)}
     argv: list[str] = []
     for name, value in options.items():
@@ -119,4 +153,24 @@ def train(**options: Any) -> Path:
     summary = main.train(args, checkpoint)
     if summary.exit_code != 0:
         raise RuntimeError(f"training stopped with exit status {summary.exit_code}; its reason was printed above")
-    return Path(args.out)
+    return TrainedRun(Path(args.out), load_agent(args.out))
+
+
+def env_recipe(env: gymnasium.Env) -> str:
+    """What ``--env`` takes to make ``env`` again: its registered id when ``gymnasium.make(id)`` makes it
+    as it is, else its spec (id, arguments and wrappers) in JSON."""
+    spec = env.spec
+    if spec is None:
+        raise ValueError(
+            "env: an environment object must come from gymnasium.make, whose spec makes new ones for evaluations "
+            "and resumes; for a class of your own, pass env='module:Class'"
+        )
+    try:
+        if spec == gymnasium.spec(spec.id) and not is_atari(spec.id):  # an ALE id is this program's own Atari game
+            return spec.id
+    except gymnasium.error.Error:  # not registered under its id
+        pass
+    try:
+        return spec.to_json()
+    except ValueError as error:
+        raise ValueError(f"env: its spec cannot be saved to make it again ({error})") from None

@@ -51,7 +51,18 @@ from utils_config import (
     use_threads,
 )
 from utils_drl import Agent, linear_schedule
-from utils_env import AtariEnv, EmulatorStateError, EvaluationStopped, Player, evaluate
+from utils_env import (
+    GYM_ENV_NOTE,
+    AtariEnv,
+    EmulatorStateError,
+    EvaluationStopped,
+    GymEnv,
+    Player,
+    env_label,
+    evaluate,
+    input_shape,
+    is_atari,
+)
 from utils_memory import PrioritizedReplayMemory, ReplayMemory
 from utils_run import (
     EPISODES_FILE,
@@ -132,7 +143,7 @@ def run_evaluation(
 ) -> EvalResult:
     """Evaluate on a fresh game seeded by (seed, index), so a resumed run evaluates identically."""
     seed = int(np.random.SeedSequence([args.seed, index, 1]).generate_state(1)[0])
-    env = AtariEnv(seed=seed, **env_options(args))
+    env = make_env(args, seed, render=args.render)
     rng = np.random.default_rng(seed)
     frame_dir = out / f"eval_{index:03d}" if args.render else None
     return evaluate(
@@ -142,7 +153,7 @@ def run_evaluation(
         args.eval_epsilon,
         frame_dir,
         stopped,
-        stack_rule(args),
+        stack_rule(args, env),
         show_progress=True,
     )
 
@@ -172,8 +183,8 @@ def main(argv: list[str] | None = None) -> int:
 def play_checkpoint(args: argparse.Namespace, checkpoint: dict[str, Any]) -> int:
     """Play --eval-episodes games with the checkpoint's network, printing each game's score."""
     use_threads(args.threads)
-    env = AtariEnv(seed=args.seed, **env_options(args))
-    agent = Agent(env.n_actions, pick_device(args.device), seed=args.seed, **agent_options(args))
+    env = make_env(args, args.seed, render=args.render)
+    agent = Agent(env.n_actions, pick_device(args.device), seed=args.seed, **agent_options(args, env))
     agent.online.load_state_dict(checkpoint["agent"]["online"])
     print(
         f"Playing {args.env} with {args.evaluate} (trained {checkpoint['run']['step']} steps): "
@@ -197,7 +208,7 @@ def play_checkpoint(args: argparse.Namespace, checkpoint: dict[str, Any]) -> int
             1,
             args.eval_epsilon,
             frame_dir if episode == 0 else None,
-            stack_rule=stack_rule(args),
+            stack_rule=stack_rule(args, env),
         )
         scores.append(result.scores[0])
         print(f"Episode #{episode}: reward: {scores[-1]:.1f}", flush=True)
@@ -242,7 +253,7 @@ def run_training(args: argparse.Namespace, checkpoint: dict[str, Any] | None, st
             play_and_learn(run)
             return run.finish()
         started_ray = start_ray(args.ray_address, max(args.actors, available_cpus()))
-        pool = ActorPool(actor_config(args), args.actors, args.actor_timeout, report=tqdm.write)
+        pool = ActorPool(actor_config(args, run.env), args.actors, args.actor_timeout, report=tqdm.write)
         try:
             pool.publish(export_weights(run.agent.online, run.progress.step))
             run.begin(refill=lambda count: refill_from_actors(run, pool, count))
@@ -327,16 +338,21 @@ class Trainer:
         threads = use_threads(learner_threads(args))
         frames_on_device = memory_on_device(args)
         where = f"replay memory on {device}" if frames_on_device else "replay memory in host RAM"
-        print(f"Run folder: {out}  ({args.env}, device {device}, {where}, {threads} CPU threads)", flush=True)
+        print(
+            f"Run folder: {out}  ({env_label(args.env)}, device {device}, {where}, {threads} CPU threads)", flush=True
+        )
         if args.actors and args.ray_address is None and args.replay_ratio == "free":
             note = local_cpus_note(args.actors, available_cpus())
             if note:
                 print(f"Note: {note}", flush=True)
-        env = AtariEnv(seed=args.seed, **env_options(args))
-        self.agent = Agent(env.n_actions, device, seed=args.seed, **agent_options(args))
+        env = make_env(args, args.seed)
+        if isinstance(env, GymEnv):
+            print(f"Note: {GYM_ENV_NOTE}", flush=True)
+        self.agent = Agent(env.n_actions, device, seed=args.seed, **agent_options(args, env))
         # A checkpoint holds the online and target weights and Adam's two moments.
         check_free_space(out, 4 * sum(p.numel() * p.element_size() for p in self.agent.online.parameters()))
-        self.memory = build_memory(args, device, frames_on_device)
+        self.memory = build_memory(args, device, frames_on_device, env)
+        self.env = env
         self.player = None if args.actors else Player(env, self.memory)  # Ape-X: the actors play
         self.progress = Progress()
         self.updates = 0  # gradient steps taken in this process
@@ -585,6 +601,12 @@ def last_checkpoint(out: Path) -> str:
 # The flags become the game, the agent and the replay memory here, and only here.
 
 
+def make_env(args: argparse.Namespace, seed: int, render: bool = False) -> AtariEnv | GymEnv:
+    """The game of --env, seeded with ``seed``: an Atari game with the flags' settings, or a
+    gymnasium environment as it is made (``render``: it renders rgb_array images, for --render)."""
+    return AtariEnv(seed=seed, **env_options(args)) if is_atari(args.env) else GymEnv(args.env, seed, render)
+
+
 def env_options(args: argparse.Namespace) -> dict[str, Any]:
     """AtariEnv's keyword arguments but the seed (each game gets its own)."""
     return {
@@ -599,9 +621,10 @@ def env_options(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def agent_options(args: argparse.Namespace) -> dict[str, Any]:
-    """Agent's keyword arguments but the device and the seed."""
+def agent_options(args: argparse.Namespace, env: AtariEnv | GymEnv) -> dict[str, Any]:
+    """Agent's keyword arguments but the device and the seed; the network's input is ``env``'s states."""
     return {
+        "input_shape": input_shape(env),
         "lr": args.lr,
         "adam_eps": args.adam_eps,
         "loss": args.loss,
@@ -615,23 +638,31 @@ def agent_options(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def build_memory(args: argparse.Namespace, device: torch.device, frames_on_device: bool) -> ReplayMemory:
+def build_memory(
+    args: argparse.Namespace, device: torch.device, frames_on_device: bool, env: AtariEnv | GymEnv
+) -> ReplayMemory:
+    """The replay memory of ``env``'s frames (one per step, stacked as ``env``'s states are)."""
     memory_type = PrioritizedReplayMemory if args.prioritized else ReplayMemory
     options = {"alpha": args.alpha, "priority_eps": args.priority_eps} if args.prioritized else {}
     return memory_type(
         args.memory_size,
+        stack_depth=env.stack_depth,
+        frame_shape=env.frame_shape,
         device=device,
         seed=args.seed,
         n_step=args.n_step,
         gamma=args.gamma,
         streams=max(1, args.actors),  # Ape-X: one stream per actor
-        stack_rule=stack_rule(args),
+        stack_rule=stack_rule(args, env),
         frames_on_device=frames_on_device,
         **options,
     )
 
 
-def stack_rule(args: argparse.Namespace) -> StackRule:
+def stack_rule(args: argparse.Namespace, env: AtariEnv | GymEnv | None = None) -> StackRule:
+    """How a frame stack starts: as a gymnasium environment's own stacks do, else as the flags say."""
+    if isinstance(env, GymEnv):
+        return env.stack_rule
     return StackRule(zero_fill=args.stack_fill == "zeros", per_life=args.stack_per_life)
 
 
@@ -641,17 +672,17 @@ def exploration(args: argparse.Namespace, step: int) -> float:
     return linear_schedule(max(0, step - args.eps_decay_start), args.eps_start, args.eps_end, args.eps_decay_steps)
 
 
-def actor_config(args: argparse.Namespace) -> ActorConfig:
+def actor_config(args: argparse.Namespace, env: AtariEnv) -> ActorConfig:
     return ActorConfig(
         env=env_options(args),
-        agent=agent_options(args),
+        agent=agent_options(args, env),
         seed=args.seed,
         n_step=args.n_step,
         gamma=args.gamma,
         chunk_steps=args.chunk_steps,
         weights_every=args.weights_every,
         td_errors=args.prioritized,  # initial priorities
-        stack_rule=stack_rule(args),
+        stack_rule=stack_rule(args, env),
     )
 
 

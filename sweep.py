@@ -52,7 +52,7 @@ from utils_config import (
     program,
 )
 from utils_config import build_parser as main_parser
-from utils_env import game_name, resolve_env_id
+from utils_env import game_name, is_atari, resolve_env_id
 from utils_results import ReportError, collect, report, write_comparison
 from utils_run import (
     EPISODES_FILE,
@@ -111,9 +111,12 @@ def expand_envs(names: list[str]) -> list[str]:
     for name in names:
         for game in GAME_SETS.get(name.lower(), [name]):
             try:
-                resolved = game_name(resolve_env_id(game))
+                env_id = resolve_env_id(game)
             except ValueError as error:
                 raise SweepError(f"--envs: {error}") from None
+            if not is_atari(env_id):  # the runs' folders and the report are named and scored by Atari game
+                raise SweepError(f"--envs: a sweep plays Atari games; {game} is another gymnasium environment")
+            resolved = game_name(env_id)
             if resolved not in games:
                 games.append(resolved)
     return games

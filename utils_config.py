@@ -22,8 +22,18 @@ import numba
 import torch
 
 from utils_drl import AUGMENTATIONS
-from utils_env import FRAME_SIZE, FRAME_SKIP, NOOP_UNITS, STACK_DEPTH, game_name, resolve_env_id
-from utils_model import NETWORKS
+from utils_env import (
+    FRAME_SIZE,
+    FRAME_SKIP,
+    NOOP_UNITS,
+    STACK_DEPTH,
+    env_label,
+    env_layout,
+    game_name,
+    is_atari,
+    resolve_env_id,
+)
+from utils_model import NETWORKS, smallest_input
 from utils_run import MEMORY_FILE, REWARDS_FILE, CheckpointError, load_checkpoint, load_newest_checkpoint
 
 # Options that may differ when a run is resumed; all others must match the saved run.
@@ -194,7 +204,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="a named recipe: sets its options (see the README, Atari 100k); flags given beside it override them",
     )
-    add("--env", default="Breakout", help="game name (Breakout, pong, space_invaders) or full id (ALE/Breakout-v5)")
+    add(
+        "--env",
+        default="Breakout",
+        help="Atari game name (Breakout, pong, space_invaders) or ALE id (ALE/Breakout-v5); or any other gymnasium "
+        "environment with image observations and discrete actions: a registered id (MinAtar/Breakout-v1) or "
+        "module:Class",
+    )
     add("--steps", type=int, default=10_000_000, help="training agent steps (4 frames each)")
     add("--seed", type=int, default=0, help="seeds the game, the network, exploration and replay sampling")
     add(
@@ -294,7 +310,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=tuple(NETWORKS),
         default="nature",
         help="nature: the paper's network; dopamine: Dopamine's Atari 100k one (SAME padding, one hidden layer "
-        "shared by the dueling outputs, Glorot-uniform weights)",
+        "shared by the dueling outputs, Glorot-uniform weights); minatar: Young & Tian's (2019) for small frames "
+        "(one 16-channel 3x3 convolution, 128 units)",
     )
     add(
         "--augment",
@@ -450,6 +467,8 @@ def check_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         args.env = resolve_env_id(args.env)
     except ValueError as error:
         parser.error(f"--env: {error}")
+    if not is_atari(args.env):
+        check_gym_env(parser, args)
     for name in POSITIVE_INTS:
         if getattr(args, name) <= 0:
             parser.error(f"{flag(name)} must be positive, got {getattr(args, name)}")
@@ -480,9 +499,10 @@ def check_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         )
     if args.stack_per_life and not args.life_loss_terminal:
         parser.error("--stack-per-life needs --life-loss-terminal: a new stack starts where learning sees a terminal")
-    if args.memory_size <= STACK_DEPTH + args.n_step:
+    depth = env_layout(args.env)[0]
+    if args.memory_size <= depth + args.n_step:
         parser.error(
-            f"--memory-size must exceed {STACK_DEPTH + args.n_step} (4 frames and --n-step), got {args.memory_size}"
+            f"--memory-size must exceed {depth + args.n_step} ({depth} frames and --n-step), got {args.memory_size}"
         )
     if args.batch_size > args.memory_size:
         parser.error(f"--batch-size {args.batch_size} exceeds --memory-size {args.memory_size}")
@@ -524,10 +544,30 @@ def check_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         parser.error("--tensorboard needs the tensorboard package: pip install tensorboard")
 
 
+def check_gym_env(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """A gymnasium environment (not an Atari game) that can be made, is one this program can play,
+    and whose frames the network can read."""
+    name = env_label(args.env)
+    if args.actors:
+        parser.error(f"--actors: Ape-X plays Atari games only, {name} is a gymnasium environment")
+    try:
+        _, frame_shape = env_layout(args.env)
+    except Exception as error:  # making someone else's environment can raise anything
+        parser.error(f"--env {name}: {error}" if isinstance(error, ValueError) else
+                     f"--env {name} cannot be made ({type(error).__name__}: {error})")  # fmt: skip
+    smallest = smallest_input(args.network)
+    if min(frame_shape[-2:]) < smallest:
+        height, width = frame_shape[-2:]
+        parser.error(
+            f"--network {args.network} needs frames of at least {smallest}x{smallest} pixels, {name}'s are "
+            f"{height}x{width}: try --network minatar (Young & Tian 2019's, for 10x10 frames)"
+        )
+
+
 def check_training(parser: argparse.ArgumentParser, args: argparse.Namespace, resuming: bool) -> None:
     """What training needs beyond valid values: room for the memory, learning that starts before
     the run ends, and a run folder that holds no other run."""
-    needed, what = memory_bytes(args.memory_size), f"--memory-size {args.memory_size:,}"
+    needed, what = memory_bytes(args.memory_size, env_layout(args.env)[1]), f"--memory-size {args.memory_size:,}"
     if memory_on_device(args):
         device = pick_device(args.device)
         free = device_free_memory(device)
@@ -560,9 +600,10 @@ def check_training(parser: argparse.ArgumentParser, args: argparse.Namespace, re
         parser.error(f"{out} already holds a run: continue it with --resume {out}, or choose another --out")
 
 
-def memory_bytes(memory_size: int) -> int:
-    """RAM of a replay memory of ``memory_size`` steps: one frame and 7 bytes of scalars each."""
-    return memory_size * (FRAME_SIZE * FRAME_SIZE + SCALAR_BYTES)
+def memory_bytes(memory_size: int, frame_shape: tuple[int, ...] = (FRAME_SIZE, FRAME_SIZE)) -> int:
+    """RAM of a replay memory of ``memory_size`` steps: one frame (an Atari one unless given) and 7
+    bytes of scalars each."""
+    return memory_size * (math.prod(frame_shape) + SCALAR_BYTES)
 
 
 def memory_on_device(args: argparse.Namespace) -> bool:
@@ -570,7 +611,9 @@ def memory_on_device(args: argparse.Namespace) -> bool:
     if args.memory_device != "auto":
         return args.memory_device == "device"
     device = pick_device(args.device)
-    return device.type == "cuda" and memory_bytes(args.memory_size) + DEVICE_HEADROOM <= device_free_memory(device)
+    return device.type == "cuda" and memory_bytes(
+        args.memory_size, env_layout(args.env)[1]
+    ) + DEVICE_HEADROOM <= device_free_memory(device)
 
 
 def device_free_memory(device: torch.device) -> int:

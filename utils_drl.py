@@ -44,8 +44,7 @@ class Agent:
         separate_target: bool = True,
         augment: str = "none",
         cuda_graphs: bool = True,
-        stack_depth: int = 4,
-        frame_size: int = 84,
+        input_shape: tuple[int, int, int] = (4, 84, 84),
         seed: int = 0,
     ) -> None:
         self.n_actions = n_actions
@@ -56,12 +55,12 @@ class Agent:
         torch.manual_seed(seed)
         # Channels-last weights make the convolutions about 20% faster on a CPU (oneDNN kernels).
         layout = {"device": self.device, "memory_format": torch.channels_last}
-        self.online = QNetwork(n_actions, stack_depth, frame_size, dueling, network).to(**layout)
+        self.online = QNetwork(n_actions, input_shape, dueling, network).to(**layout)
         # Without a separate target network (a target update every step, as in the Atari 100k
         # recipes) the target is the online network itself: nothing to copy, one forward pass less.
         self.target = self.online
         if separate_target:
-            self.target = QNetwork(n_actions, stack_depth, frame_size, dueling, network).to(**layout)
+            self.target = QNetwork(n_actions, input_shape, dueling, network).to(**layout)
             self.target.requires_grad_(False)
             self.sync_target()
         # The augmentation draws from its own generator, so that a resumed run draws the same values.
@@ -85,10 +84,12 @@ class Agent:
         self.state_buffer = torch.empty(0, dtype=torch.uint8, pin_memory=self.device.type == "cuda")
 
     def act(self, state: np.ndarray, epsilon: float, rng: np.random.Generator | None = None) -> int:
-        """Epsilon-greedy action for one (stack, H, W) uint8 state."""
+        """Epsilon-greedy action for one (stack, H, W) uint8 state; a stack of multi-channel frames,
+        (stack, channels, H, W), is read as stack x channels channels, as the replay memory's batches."""
         rng = self.rng if rng is None else rng
         if rng.random() < epsilon:
             return int(rng.integers(self.n_actions))
+        state = state.reshape(-1, *state.shape[-2:])
         if self.graphed_acts:
             if self.graphed_acting is None:
                 self.graphed_acting = GraphedActing(self.online, state.shape, self.device)

@@ -11,11 +11,19 @@ Training and evaluation use this one class, so they see identical observations f
 identical emulator states; they differ only in what they do with ``StepResult``:
 training treats a lost life as terminal and clips rewards, evaluation plays whole games
 and reports the raw score.
+
+Any other gymnasium environment with image observations and discrete actions plays through
+``GymEnv``, which gives it the same surface (``--env MinAtar/Breakout-v1``, ``--env module:Class``).
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
+import importlib
+import importlib.metadata
+import json
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -26,6 +34,8 @@ import ale_py
 import gymnasium as gym
 import numpy as np
 import torch
+from gymnasium.envs.registration import EnvSpec
+from gymnasium.wrappers import FrameStackObservation
 from PIL import Image
 from tqdm import tqdm
 
@@ -42,6 +52,9 @@ FRAME_SKIP = 4
 NOOP_UNITS = ("frames", "steps")  # what --noop-max counts: emulator frames, or agent steps of FRAME_SKIP frames
 
 
+ALE_ENTRY_POINT = "ale_py.env:AtariEnv"
+
+
 def _ale_ids() -> list[str]:
     return sorted(k for k in gym.registry if k.startswith("ALE/") and k.endswith("-v5"))
 
@@ -51,26 +64,73 @@ def _squash(name: str) -> str:
 
 
 def resolve_env_id(name: str) -> str:
-    """Map 'Breakout', 'space_invaders' or 'ALE/Breakout-v5' to a registered ALE id.
+    """Map 'Breakout', 'space_invaders', 'ALE/Breakout-v5' or ALE's older ids ('BreakoutNoFrameskip-v4':
+    the same game, played as this module plays it) to a registered ALE id; any other
+    registered gymnasium id ('MinAtar/Breakout-v1'), a 'module:Class' that makes an environment, or
+    a gymnasium EnvSpec in JSON (what ``dqn.train`` records for an environment object) as it is.
 
-    Raises ValueError with close matches for an unknown game.
+    Raises ValueError with close matches for an unknown name.
     """
     if name in gym.registry and name.startswith("ALE/"):
         return name
     games = {_squash(game_name(i)): i for i in _ale_ids()}
-    key = _squash(game_name(name))
+    key = _squash(name.removeprefix("ALE/").removesuffix("-v5"))
     if key in games:
         return games[key]
+    if name.startswith("{"):
+        try:
+            EnvSpec.from_json(name)
+        except Exception as error:  # gymnasium raises several kinds for a spec it cannot read
+            raise ValueError(f"not a gymnasium EnvSpec in JSON ({type(error).__name__}: {error})") from None
+        return name
+    if ":" in name:
+        module, _, attribute = name.partition(":")
+        try:
+            found = hasattr(importlib.import_module(module), attribute)
+        except ImportError as error:
+            raise ValueError(f"{name!r}: cannot import {module} ({error})") from None
+        if not found:
+            raise ValueError(f"{name!r}: module {module} has no {attribute}")
+        return name
+    register_plugin_envs()
+    if name in gym.registry:
+        legacy_game = (
+            gym.registry[name].kwargs.get("game") if gym.registry[name].entry_point == ALE_ENTRY_POINT else None
+        )
+        # BreakoutNoFrameskip-v4 and the like: the same game, with this program's Atari preprocessing and flags
+        return games.get(_squash(legacy_game), name) if legacy_game else name
     close = difflib.get_close_matches(key, games, n=3, cutoff=0.6)
-    hint = ", ".join(game_name(games[c]) for c in close)
+    hints = [game_name(games[c]) for c in close] + difflib.get_close_matches(name, list(gym.registry), n=3)
     raise ValueError(
-        f"unknown Atari game {name!r}"
-        + (f"; did you mean {hint}?" if hint else "; see the ALE game list (e.g. Breakout, Pong)")
+        f"unknown environment {name!r}: not an Atari game, a registered gymnasium id, or module:Class"
+        + (f"; did you mean {', '.join(hints)}?" if hints else " (Atari games: Breakout, Pong, ...)")
     )
 
 
+@functools.cache
+def register_plugin_envs() -> None:
+    """Register the ids that installed packages declare for gymnasium (MinAtar's, for one): gymnasium
+    1.x leaves loading its ``gymnasium.envs`` entry points to its users."""
+    for entry in importlib.metadata.entry_points(group="gymnasium.envs"):
+        entry.load()()
+
+
+def is_atari(env_id: str) -> bool:
+    """Whether ``env_id`` (as ``resolve_env_id`` returns it) is an ALE game this module plays itself."""
+    return env_id.startswith("ALE/")
+
+
+def env_label(env_id: str) -> str:
+    """``env_id`` for messages: a gymnasium EnvSpec in JSON by its id alone."""
+    return json.loads(env_id).get("id", "an environment") if env_id.startswith("{") else env_id
+
+
 def game_name(env_id: str) -> str:
-    return env_id.removeprefix("ALE/").removesuffix("-v5")
+    """A short name for folders and tables: 'Breakout' for ALE/Breakout-v5, the id with its separators as dashes
+    for another environment ('MinAtar-Breakout-v1')."""
+    if env_id.startswith("ALE/"):
+        return env_id.removeprefix("ALE/").removesuffix("-v5")
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", env_label(env_id)).strip("-")
 
 
 def area_weights(n_in: int, n_out: int) -> np.ndarray:
@@ -85,6 +145,9 @@ def area_weights(n_in: int, n_out: int) -> np.ndarray:
 
 class AtariEnv:
     """One ALE game with DQN preprocessing; ``step`` returns a ``StepResult``."""
+
+    stack_depth = STACK_DEPTH  # the agent's state: the last 4 frames, stacked by FrameStack
+    frame_shape = (FRAME_SIZE, FRAME_SIZE)
 
     def __init__(
         self,
@@ -229,6 +292,132 @@ class EmulatorStateError(Exception):
     """A saved game state that cannot be restored; the message says why."""
 
 
+GYM_ENV_NOTE = (
+    "no-op starts, FIRE presses, lives, sticky actions (--sticky-actions), the frame limit and a resume within "
+    "a game are Atari's; this environment plays as it is made, and a resumed run starts a new episode"
+)
+
+
+def make_gym_env(env_id: str, render_mode: str | None = None) -> gym.Env:
+    """The gymnasium environment of ``env_id`` (a registered id, 'module:Class' or an EnvSpec in JSON)."""
+    if env_id.startswith("{"):
+        spec: str | EnvSpec = EnvSpec.from_json(env_id)
+    elif ":" in env_id:
+        spec = EnvSpec(id=game_name(env_id), entry_point=env_id)
+    else:
+        register_plugin_envs()
+        spec = env_id
+    return gym.make(spec, **({"render_mode": render_mode} if render_mode else {}))  # not every class takes one
+
+
+def frame_stacker(env: gym.Env) -> FrameStackObservation | None:
+    """The ``FrameStackObservation`` whose stacks ``env`` returns as they are, or None: the outermost one
+    in the wrapper chain, when no wrapper above it changes observations (an ``ObservationWrapper``, or
+    any that changes their space), and when it pads a game's first stack as FrameStack can (with the
+    first observation, or zeros)."""
+    wrapper = env
+    while isinstance(wrapper, gym.Wrapper) and not isinstance(wrapper, gym.ObservationWrapper):
+        if isinstance(wrapper, FrameStackObservation):
+            stacks_as_returned = wrapper.observation_space == env.observation_space
+            return wrapper if stacks_as_returned and wrapper.padding_type in ("reset", "zero") else None
+        wrapper = wrapper.env
+    return None
+
+
+class GymEnv:
+    """A gymnasium environment with image observations and discrete actions, with ``AtariEnv``'s
+    surface: ``reset`` gives a frame, ``step`` a ``StepResult``.
+
+    Observations are uint8 or bool (read as 0 and 255) arrays of 2 axes (one grayscale frame) or 3
+    (channels last when the last axis is the smallest, as MinAtar's 10x10x4, else first); frames
+    are given to the agent channels first. When the environment stacks frames with gymnasium's
+    ``FrameStackObservation`` (see ``frame_stacker``), a frame is its newest one and the agent's
+    FrameStack rebuilds its stacks, so the replay memory keeps one frame per step; otherwise a frame
+    is the whole observation, with a stack of one. A lost life is never terminal here; emulator
+    state is not saved (``get_state`` holds nothing, ``set_state`` refuses).
+    """
+
+    def __init__(self, env_id: str, seed: int, render: bool = False) -> None:
+        self.env = make_gym_env(env_id, "rgb_array" if render else None)
+        self.env_id, self._seed = env_id, seed
+        space, actions = self.env.observation_space, self.env.action_space
+        if not isinstance(actions, gym.spaces.Discrete):
+            raise ValueError(f"actions must be discrete (a Discrete space), not {actions}")
+        self.n_actions, self._first_action = int(actions.n), int(actions.start)
+        stacker = frame_stacker(self.env)
+        self.stack_depth = stacker.stack_size if stacker else 1
+        self.stack_rule = StackRule(zero_fill=stacker is not None and stacker.padding_type == "zero")
+        shape = space.shape[1:] if stacker else space.shape if isinstance(space, gym.spaces.Box) else None
+        if shape is None or len(shape) not in (2, 3) or space.dtype not in (np.uint8, np.bool_):
+            raise ValueError(
+                f"observations must be images, a Box of uint8 or bool with 2 axes or 3 (channels first or last), "
+                f"not {space}"
+            )
+        self._channels_last = len(shape) == 3 and shape[-1] < min(shape[:2])
+        self.frame_shape: tuple[int, ...] = (shape[2], *shape[:2]) if self._channels_last else tuple(shape)
+        self._stacked = stacker is not None
+
+    def frame(self, observation: np.ndarray) -> np.ndarray:
+        """The newest frame of an observation, as the replay memory keeps it."""
+        return self._convert(observation[-1] if self._stacked else observation)
+
+    def state(self, observation: np.ndarray) -> np.ndarray:
+        """A whole observation as the agent's state: (stack depth, *frame_shape)."""
+        return np.stack([self._convert(frame) for frame in (observation if self._stacked else [observation])])
+
+    def _convert(self, frame: np.ndarray) -> np.ndarray:
+        """One observed frame as the agent's uint8, channels first."""
+        frame = np.asarray(frame)
+        if frame.dtype == np.bool_:
+            frame = frame.view(np.uint8) * np.uint8(255)
+        return np.ascontiguousarray(frame.transpose(2, 0, 1) if self._channels_last else frame)
+
+    def reset(self) -> np.ndarray:
+        """A new episode (the first seeded with the seed given); its first frame."""
+        observation, _ = self.env.reset(seed=self._seed)
+        self._seed = None  # later episodes go on from the environment's own random state
+        return self.frame(observation)
+
+    def step(self, action: int) -> StepResult:
+        observation, reward, terminated, truncated, _ = self.env.step(action + self._first_action)
+        return StepResult(self.frame(observation), float(reward), False, bool(terminated), bool(truncated))
+
+    @property
+    def lives(self) -> int:
+        return 0
+
+    def rgb(self) -> np.ndarray:
+        """The environment's ``render()`` as (H, W, 3) uint8, for eval frames (floats in [0, 1] scaled)."""
+        image = self.env.render()
+        if image is None:
+            raise ValueError(f"{env_label(self.env_id)} renders no rgb_array images: leave out --render")
+        image = np.asarray(image)
+        return (image * 255).round().astype(np.uint8) if image.dtype.kind == "f" else image.astype(np.uint8)
+
+    def get_state(self) -> dict[str, Any]:
+        return {}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        raise EmulatorStateError("not saved: a gymnasium environment's state cannot be, only an Atari game's")
+
+
+@functools.cache
+def env_layout(env_id: str) -> tuple[int, tuple[int, ...]]:
+    """The stack depth and frame shape of ``env_id``'s states (a gymnasium environment is made once
+    to know them); ValueError, or whatever making it raises, when it cannot be played."""
+    if is_atari(env_id):
+        return AtariEnv.stack_depth, AtariEnv.frame_shape
+    env = GymEnv(env_id, seed=0)
+    env.env.close()
+    return env.stack_depth, env.frame_shape
+
+
+def input_shape(env: AtariEnv | GymEnv) -> tuple[int, int, int]:
+    """The network's input for ``env``'s states: (stack depth x channels, height, width)."""
+    channels = env.frame_shape[0] if len(env.frame_shape) == 3 else 1
+    return env.stack_depth * channels, env.frame_shape[-2], env.frame_shape[-1]
+
+
 class FrameStack:
     """The agent's input: the last ``depth`` frames, oldest first.
 
@@ -240,7 +429,7 @@ class FrameStack:
     def __init__(
         self,
         depth: int = STACK_DEPTH,
-        frame_shape: tuple[int, int] = (FRAME_SIZE,) * 2,
+        frame_shape: tuple[int, ...] = (FRAME_SIZE,) * 2,
         rule: StackRule = NATURE_STACKS,
     ) -> None:
         self.frames = np.zeros((depth, *frame_shape), dtype=np.uint8)
@@ -312,7 +501,7 @@ class AtariGymEnv(gym.Env):
 class Player:
     """Plays the training game with the agent and pushes every step into the replay memory."""
 
-    def __init__(self, env: AtariEnv, memory: ReplayMemory) -> None:  # any game with reset() and step()
+    def __init__(self, env: AtariEnv | GymEnv, memory: ReplayMemory) -> None:  # any game with reset() and step()
         self.env = env
         self.memory = memory
         self.stack = FrameStack(memory.stack_depth, memory.frame_shape, memory.stack_rule)
@@ -365,7 +554,7 @@ PROGRESS_STEPS = 1000  # an evaluation's progress bar shows the current game's s
 
 def evaluate(
     act: Callable[[np.ndarray, float], int],
-    env: AtariEnv,
+    env: AtariEnv | GymEnv,
     episodes: int,
     epsilon: float,
     frame_dir: Path | None = None,
@@ -383,7 +572,7 @@ def evaluate(
     (redrawn every PROGRESS_STEPS steps, so that it costs the games nothing).
     """
     start = time.perf_counter()
-    stack = FrameStack(rule=stack_rule)
+    stack = FrameStack(env.stack_depth, env.frame_shape, stack_rule)
     scores: list[float] = []
     steps = 0
     partial = frame_dir.with_name(frame_dir.name + ".partial") if frame_dir else None

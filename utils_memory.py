@@ -98,7 +98,7 @@ class ReplayMemory:
         self,
         capacity: int,
         stack_depth: int = 4,
-        frame_shape: tuple[int, int] = (84, 84),
+        frame_shape: tuple[int, ...] = (84, 84),
         device: str | torch.device = "cpu",
         seed: int = 0,
         n_step: int = 1,
@@ -382,17 +382,20 @@ class ReplayMemory:
             frames = self.frames[stacks_on_device]
             if self.stack_rule.zero_fill:
                 before_start = stacks_on_device[:, : depth - 1] == stacks_on_device[:, 1:depth]
-                frames[:, : depth - 1].masked_fill_(before_start[:, :, None, None], 0)
+                frames[:, : depth - 1].masked_fill_(
+                    before_start.view(*before_start.shape, *(1,) * len(self.frame_shape)), 0
+                )
         else:
             frames = on_device[:head_bytes].view(frames_shape)
         actions, returns_on_device, discounts_on_device, weights_on_device = (
             on_device[scalars_at:].view(torch.float32).view(4, n)
         )
+        flat = (n, -1, *self.frame_shape[-2:])  # multi-channel frames: depth x channels channels
         return Batch(
-            states=frames[:, :depth],
+            states=frames[:, :depth].reshape(flat),
             actions=actions.long(),
             returns=returns_on_device,
-            next_states=frames[:, self.n_step :],
+            next_states=frames[:, self.n_step :].reshape(flat),
             discounts=discounts_on_device,
             weights=weights_on_device,
             indices=slots,

@@ -301,8 +301,8 @@ def test_actors_that_cannot_start_say_why_in_the_learners_one_line(tmp_path, ray
     huge chunk) reaches the learner's last line, not 'its machine was lost'."""
     real_actor_config = main.actor_config
 
-    def broken(args):
-        config = real_actor_config(args)
+    def broken(args, env):
+        config = real_actor_config(args, env)
         return dataclasses.replace(config, env={**config.env, "env_id": "ALE/NoSuchGame-v5"})
 
     monkeypatch.setattr(main, "actor_config", broken)

@@ -22,8 +22,9 @@ TINY = {"learning_starts": 100, "memory_size": 1000, "eval_episodes": 1, "max_ep
 
 
 def test_train_load_and_act_in_three_lines(tmp_path):
-    run = dqn.train(env="Pong", steps=150, eval_every=150, target_every=50, out=tmp_path / "run", **TINY)
+    run, trained = dqn.train(env="Pong", steps=150, eval_every=150, target_every=50, out=tmp_path / "run", **TINY)
     assert run == tmp_path / "run" and (run / "model_001.pt").exists()
+    assert trained.step == 150
 
     agent = dqn.load_agent(run)  # the README's three lines
     observation, info = agent.make_env(seed=1).reset()
@@ -38,7 +39,8 @@ def test_train_load_and_act_in_three_lines(tmp_path):
     with pytest.raises(ValueError, match="uint8 pixels, 0 to 255; got float64"):
         agent.act(observation / 255.0)
     assert agent.act(observation.astype(np.float32)) == action  # whole numbers 0-255 in any dtype are pixels
-    with pytest.raises(ValueError, match=r"a \(4, 84, 84\) frame stack \(make_env's\), got shape \(84, 84\)"):
+    assert trained.act(observation) == action
+    with pytest.raises(ValueError, match=r"a \(4, 84, 84\) array \(make_env's\), got shape \(84, 84\)"):
         agent.act(observation[-1])
     for epsilon in (2.0, -1.0, float("nan")):
         with pytest.raises(ValueError, match="epsilon must be within"):
@@ -69,7 +71,7 @@ def test_the_api_turns_a_presets_switches_off_and_plays_a_run_with_its_own_stack
     agent of a --preset atari100k run sees Dopamine's stacks (zeros before a game's first frame)."""
     small = {**TINY, "learning_starts": 100, "eval_every": 150, "steps": 150}
     options = {"preset": "atari100k", "double": False, "dueling": False, "save_memory": False}
-    run = dqn.train(env="Pong", out=tmp_path / "run", **options, **small)
+    run = dqn.train(env="Pong", out=tmp_path / "run", **options, **small).folder
     config = json.loads((run / "config.json").read_text())
     assert (config["double"], config["dueling"], config["save_memory"]) == (False, False, False)
     assert config["network"] == "dopamine" and not (run / "memory.pt").exists()
@@ -88,7 +90,7 @@ def test_train_runs_from_a_thread(tmp_path):
     )
     worker.start()
     worker.join(timeout=300)
-    assert done == [tmp_path / "run"] and (tmp_path / "run" / "model_001.pt").exists()
+    assert [run.folder for run in done] == [tmp_path / "run"] and (tmp_path / "run" / "model_001.pt").exists()
 
 
 def test_the_environment_is_a_gymnasium_env_that_wrappers_take():

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from utils_drl import AUGMENTATIONS, Agent, linear_schedule, random_shift
-from utils_model import QNetwork
+from utils_model import QNetwork, smallest_input
 from utils_run import CheckpointError, load_checkpoint, save_checkpoint
 from utils_types import Batch
 
@@ -61,6 +61,20 @@ def test_dopamine_network_is_same_padded_shared_and_glorot_initialised():
         assert module.weight.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.05)
         assert not module.bias.any()
     assert QNetwork(6, network="dopamine")(frames).shape == (2, 6)
+
+
+def test_minatar_network_is_young_and_tians_and_frames_too_small_are_refused():
+    """--network minatar as MinAtar's examples/dqn.py: conv 16x3x3/1 unpadded (8x8 out of 10x10), fc 128."""
+    network = QNetwork(3, (4, 10, 10), network="minatar")
+    assert network(torch.zeros(5, 4, 10, 10, dtype=torch.uint8)).shape == (5, 3)
+    # conv 4*9*16+16, fc 8*8*16*128+128, head 128*3+3
+    assert sum(p.numel() for p in network.parameters()) == 592 + 131_200 + 387
+    assert (smallest_input("nature"), smallest_input("minatar"), smallest_input("dopamine")) == (36, 3, 1)
+    assert QNetwork(2, (4, 36, 36))(torch.zeros(1, 4, 36, 36)).shape == (1, 2)  # the smallest the Nature one reads
+    with pytest.raises(ValueError, match="the nature network needs frames of at least 36x36 pixels, these are 35x84"):
+        QNetwork(2, (4, 35, 84))
+    # Frames need not be square: SAME padding per axis (84 -> 21, 11, 11; 60 -> 15, 8, 8).
+    assert QNetwork(2, (3, 84, 60), network="dopamine").features(torch.zeros(1, 3, 84, 60)).shape == (1, 64 * 11 * 8)
 
 
 class PixelQ(nn.Module):

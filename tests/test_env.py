@@ -26,8 +26,14 @@ def test_game_names(name, expected):
 def test_unknown_game_names_close_matches():
     with pytest.raises(ValueError, match="did you mean Breakout"):
         resolve_env_id("Breakot")
-    with pytest.raises(ValueError, match="unknown Atari game 'qwzx'"):
+    with pytest.raises(ValueError, match="unknown environment 'qwzx': not an Atari game, a registered gymnasium id"):
         resolve_env_id("qwzx")
+    with pytest.raises(ValueError, match=r"did you mean .*MinAtar/Breakout-v1"):  # registered by MinAtar's entry point
+        resolve_env_id("MinAtar/Breakout-v9")
+    with pytest.raises(ValueError, match="'utils_env:NoSuchEnv': module utils_env has no NoSuchEnv"):
+        resolve_env_id("utils_env:NoSuchEnv")
+    with pytest.raises(ValueError, match="'no_such_module:Env': cannot import no_such_module"):
+        resolve_env_id("no_such_module:Env")
 
 
 def area_resize(image: np.ndarray, size: int) -> np.ndarray:
@@ -201,7 +207,7 @@ def test_lost_lives_need_not_be_terminal_and_the_full_action_space():
 
 def test_an_evaluation_shows_its_games_and_the_current_games_steps(capsys):
     """A game without a serve runs to the frame limit: the bar says how far the game has got."""
-    env = AtariEnv("Breakout", seed=0, fire_reset=False, max_episode_frames=4400)
+    env = AtariEnv("ALE/Breakout-v5", seed=0, fire_reset=False, max_episode_frames=4400)
     result = evaluate(lambda state, epsilon: 0, env, episodes=1, epsilon=0.0, show_progress=True)
     assert result.steps > 1000
     shown = capsys.readouterr().err

@@ -37,7 +37,7 @@ def test_agent_learns_catch(prioritized, n_step, device):
     memory_type = PrioritizedReplayMemory if prioritized else ReplayMemory
     memory = memory_type(5000, frame_shape=(FRAME_SIZE, FRAME_SIZE), seed=0, n_step=n_step, gamma=0.9,
                          device=device, frames_on_device=device != "cpu")  # fmt: skip
-    agent = Agent(Catch.n_actions, device, lr=1e-3, frame_size=FRAME_SIZE, seed=0)
+    agent = Agent(Catch.n_actions, device, lr=1e-3, input_shape=(4, FRAME_SIZE, FRAME_SIZE), seed=0)
     player = Player(Catch(seed=0), memory)
     before = success_rate(agent)
     for step in range(1, STEPS + 1):

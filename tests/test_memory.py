@@ -211,3 +211,26 @@ def test_state_dict_round_trip(streams):
     for _ in range(3):
         a, b = memory.sample(16), copy.sample(16)
         assert np.array_equal(a.indices, b.indices) and torch.equal(a.states, b.states)
+
+
+@pytest.mark.parametrize("frames_on_device", [False, True], ids=["host", "device-code"])
+@pytest.mark.parametrize("rule", [NATURE_STACKS, StackRule(zero_fill=True, per_life=True)], ids=["nature", "dopamine"])
+def test_multi_channel_frames_stack_as_depth_times_channels(rule, frames_on_device):
+    """Frames of several channels (a gymnasium environment's whole observation, MinAtar's 4 channels):
+    a state is the stack's frames one after another, channels of the oldest first, (depth x channels, H, W)."""
+    log = play_log(200, seed=11)
+    memory = ReplayMemory(100, frame_shape=(2, 1, 3), n_step=2, gamma=GAMMA, stack_rule=rule,
+                          frames_on_device=frames_on_device)  # fmt: skip
+    for step, entry in enumerate(log):
+        frame = np.stack([encode(step), 255 - encode(step)])  # the second channel differs from the first
+        memory.push(frame, entry["action"], entry["reward"], entry["done"], entry["first"])
+    slots = np.flatnonzero(memory.sampleable(np.arange(100)))
+    batch = memory._batch(slots, np.ones(len(slots), dtype=np.float32))
+    assert batch.states.shape == batch.next_states.shape == (len(slots), DEPTH * 2, 1, 3)
+    states = batch.states.numpy().reshape(len(slots), DEPTH, 2, 1, 3)
+    for i, slot in enumerate(slots):
+        step = int(decode(np.asarray(memory.frames[slot][0])))  # (a tensor with its frames on the device)
+        expected = reference_state(log, step, rule)
+        assert decode(states[i, :, 0]).tolist() == expected
+        padded = np.array(expected) < 0  # zero-filled frames are zeros in every channel
+        assert np.array_equal(states[i, ~padded, 1], 255 - states[i, ~padded, 0]) and not states[i, padded].any()

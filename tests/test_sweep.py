@@ -519,6 +519,9 @@ def test_game_sets_expand_to_the_atari_5_10_and_100k_games():
     assert len(sweep.expand_envs(["atari10", "pong"])) == 11
     atari100k = sweep.expand_envs(["atari100k"])
     assert len(atari100k) == 26 and {"Alien", "Boxing", "Breakout", "Freeway", "KungFuMaster", "Pong"} <= set(atari100k)
+    assert sweep.expand_envs(["BreakoutNoFrameskip-v4"]) == ["Breakout"]
+    with pytest.raises(sweep.SweepError, match="a sweep plays Atari games; MinAtar/Breakout-v1 is another gymnasium"):
+        sweep.expand_envs(["MinAtar/Breakout-v1"])
 
 
 def test_the_sweep_reads_the_steps_of_a_preset():

@@ -1,0 +1,141 @@
+"""Training on gymnasium environments other than the built-in Atari games: MinAtar (Young & Tian
+2019), gymnasium's frame stacks, and our own AtariGymEnv through the generic path."""
+
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium.wrappers import FrameStackObservation, TransformObservation
+
+import dqn
+import main
+from utils_env import FrameStack, GymEnv, frame_stacker, register_plugin_envs, resolve_env_id
+from utils_run import read_episodes
+
+BaseEnv = pytest.importorskip("minatar.gym", reason="pip install minatar==1.0.15 (make install does)").BaseEnv
+
+MINATAR = "MinAtar/Breakout-v1"  # 10x10x4 boolean observations, channels last; 3 actions
+MINATAR_RUN = [
+    "--env", MINATAR, "--network", "minatar", "--learning-starts", "500", "--memory-size", "5000",
+    "--eps-decay-steps", "2000", "--target-every", "200", "--train-every", "1", "--lr", "1e-3", "--threads", "1",
+]  # fmt: skip
+
+
+def scores(run: Path) -> list[float]:
+    """The evaluation means of rewards.txt, in order."""
+    return [float(line.split()[2]) for line in (run / "rewards.txt").read_text().splitlines()]
+
+
+def test_a_minatar_game_learns_from_the_command_line(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert (
+        main.main([*MINATAR_RUN, "--steps", "4000", "--eval-every", "4000", "--eval-episodes", "20", "--out", str(run)])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "Note: no-op starts, FIRE presses, lives, sticky actions (--sticky-actions), the frame limit" in out
+    untrained, trained = scores(run)
+    # A uniformly random paddle breaks about half a brick a game (the first games of episodes.csv).
+    random_play = read_episodes(run / "episodes.csv")[:50, 1].mean()
+    assert untrained <= 1.0 and random_play < 1.0
+    assert trained >= 2.5, f"mean score {trained} after 4,000 steps (untrained {untrained}, random {random_play:.2f})"
+    config = json.loads((run / "config.json").read_text())
+    assert config["env"] == MINATAR and config["network"] == "minatar"
+
+
+def test_a_gymnasium_env_object_trains_from_python_with_one_frame_per_step_in_memory(tmp_path):
+    """dqn.train takes an environment made by gymnasium.make, wrappers included (its spec is saved and
+    makes the evaluations' environments); the stacks of FrameStackObservation are rebuilt from one
+    frame per step in the replay memory; the handle it returns acts on the environment's observations."""
+    register_plugin_envs()
+    env = FrameStackObservation(gym.make(MINATAR), 2, padding_type="zero")
+    options = {"network": "minatar", "learning_starts": 100, "memory_size": 1000, "eval_episodes": 2, "threads": 1}
+    run, agent = dqn.train(env=env, steps=300, eval_every=300, save_memory=True, out=tmp_path / "run", **options)
+    config = json.loads((run / "config.json").read_text())
+    assert json.loads(config["env"])["additional_wrappers"][0]["kwargs"] == {"stack_size": 2, "padding_type": "zero"}
+    assert len(scores(run)) == 2
+    frames = torch.load(run / "memory.pt", weights_only=True)["memory"]["frames"]
+    assert tuple(frames.shape) == (300, 4, 10, 10)  # one frame (channels first) per step, not a stack of 2
+    assert set(np.unique(frames[:300].numpy())) == {0, 255}  # booleans as the network's 0-255 scale
+    observation, _ = agent.make_env().reset(seed=1)
+    assert observation.shape == (2, 10, 10, 4) and 0 <= agent.act(observation) < 3
+    assert len(agent.evaluate(episodes=2)) == 2
+    with pytest.raises(ValueError, match=r"an observation is a \(2, 10, 10, 4\) array"):
+        agent.act(observation[-1])
+    with pytest.raises(ValueError, match=r"an environment object must come from gymnasium\.make"):
+        dqn.train(env=BaseEnv(game="breakout"), out=tmp_path / "bad")
+
+
+@pytest.mark.parametrize("padding", ["reset", "zero"])
+def test_the_agents_stacks_are_the_stacks_the_environment_returns(padding):
+    """Rebuilt from one frame per step, through resets, under the wrapper's padding."""
+    register_plugin_envs()
+    wrapped = FrameStackObservation(gym.make(MINATAR), 3, padding_type=padding)
+    env = GymEnv(wrapped.spec.to_json(), seed=4)  # made again from its spec, as a run does
+    assert (env.stack_depth, env.frame_shape, env.stack_rule.zero_fill) == (3, (4, 10, 10), padding == "zero")
+    stack, rng, resets = FrameStack(env.stack_depth, env.frame_shape, env.stack_rule), np.random.default_rng(0), 0
+    observation, _ = wrapped.reset(seed=4)
+    state = stack.reset(env.reset())
+    for _ in range(300):
+        assert np.array_equal(state, env.state(observation))
+        action = int(rng.integers(env.n_actions))
+        result = env.step(action)
+        observation, _, terminated, truncated, _ = wrapped.step(action)
+        assert np.array_equal(result.frame, env.frame(observation))
+        assert (result.terminated, result.truncated) == (terminated, truncated)
+        if result.terminated or result.truncated:
+            state, resets = stack.reset(env.reset()), resets + 1
+            observation, _ = wrapped.reset()
+        else:
+            state = stack.push(result.frame)
+    assert resets >= 3
+
+
+def test_observations_are_read_channels_first_or_last_and_others_refused():
+    register_plugin_envs()
+    minatar = GymEnv(MINATAR, 0)  # channels last, no stacks: the whole observation is a frame
+    assert (minatar.frame_shape, minatar.stack_depth) == ((4, 10, 10), 1)
+    atari = GymEnv("utils_env:AtariGymEnv", 0)  # (4, 84, 84): channels first, its own stacks
+    assert (atari.frame_shape, atari.stack_depth) == ((4, 84, 84), 1)
+    stacked = FrameStackObservation(gym.make(MINATAR), 2)
+    assert frame_stacker(stacked) is stacked
+    # A wrapper above the stacker may change what it returns: its stacks are not the observations.
+    space = gym.spaces.Box(0, 1, (2, 10, 10, 4), bool)
+    assert frame_stacker(TransformObservation(stacked, lambda o: o[::-1].copy(), space)) is None
+    assert frame_stacker(FrameStackObservation(gym.make(MINATAR), 2, padding_type=np.ones((10, 10, 4), bool))) is None
+    with pytest.raises(ValueError, match="observations must be images, a Box of uint8 or bool"):
+        GymEnv("CartPole-v1", 0)
+    with pytest.raises(ValueError, match="actions must be discrete"):
+        GymEnv("Pendulum-v1", 0)
+
+
+def test_the_command_line_refuses_what_it_cannot_train_in_one_line(capsys):
+    for argv, message in [
+        (["--env", "CartPole-v1"], "--env CartPole-v1: observations must be images"),
+        (["--env", MINATAR], "--network nature needs frames of at least 36x36 pixels, MinAtar/Breakout-v1's are 10x10"),
+        (["--env", MINATAR, "--network", "minatar", "--actors", "2"], "--actors: Ape-X plays Atari games only"),
+    ]:
+        with pytest.raises(SystemExit):
+            main.main(argv)
+        assert message in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_an_ale_id_of_older_gymnasium_is_the_built_in_game():
+    assert resolve_env_id("BreakoutNoFrameskip-v4") == "ALE/Breakout-v5"
+
+
+def test_our_atari_env_through_the_generic_path_plays_the_built_in_games(tmp_path):
+    """utils_env:AtariGymEnv (Breakout, its own 4-frame stacks) as any gymnasium environment: the
+    same training games, step by step, and the same evaluation, as --env Breakout for the same seed."""
+    common = ["--steps", "600", "--learning-starts", "500", "--memory-size", "1000", "--eps-end", "1.0",
+              "--eval-every", "600", "--eval-episodes", "1", "--threads", "1", "--seed", "3"]  # fmt: skip
+    assert main.main(["--env", "Breakout", *common, "--out", str(tmp_path / "built-in")]) == 0
+    assert main.main(["--env", "utils_env:AtariGymEnv", *common, "--out", str(tmp_path / "generic")]) == 0
+    built_in, generic = (read_episodes(tmp_path / name / "episodes.csv") for name in ("built-in", "generic"))
+    assert len(built_in) >= 2 and np.array_equal(built_in[:, :3], generic[:, :3])  # step, score, length
+    first_evaluation = [(tmp_path / name / "rewards.txt").read_text().splitlines()[0].split()[:7]
+                        for name in ("built-in", "generic")]  # fmt: skip
+    assert first_evaluation[0] == first_evaluation[1]
