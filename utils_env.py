@@ -26,6 +26,7 @@ import json
 import re
 import shutil
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -112,7 +113,10 @@ def register_plugin_envs() -> None:
     """Register the ids that installed packages declare for gymnasium (MinAtar's, for one): gymnasium
     1.x leaves loading its ``gymnasium.envs`` entry points to its users."""
     for entry in importlib.metadata.entry_points(group="gymnasium.envs"):
-        entry.load()()
+        try:
+            entry.load()()
+        except Exception as error:  # a broken package costs its own ids, not every other name's resolution
+            warnings.warn(f"gymnasium environments of {entry.value} not registered: {error}", stacklevel=2)
 
 
 def is_atari(env_id: str) -> bool:
