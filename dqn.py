@@ -85,14 +85,16 @@ class TrainedAgent:
 
     def make_env(self, seed: int = 0, render_mode: str | None = None, **overrides: Any) -> gymnasium.Env:
         """The run's game with the run's settings (``overrides`` change an Atari game's, e.g.
-        sticky_actions=0.25, but not the actions the network chooses from); a gymnasium environment
-        as the run made it (seeded by its first ``reset(seed=...)``)."""
+        sticky_actions=0.25, but not the actions the network chooses from); another gymnasium
+        environment as the run made it, its random state seeded with ``seed``."""
         if self._gym_env is not None:
             if overrides:
                 raise ValueError(
                     f"{', '.join(overrides)}: Atari game settings; {env_label(self.config.env)} is not one"
                 )
-            return make_gym_env(self.config.env, render_mode)
+            env = make_gym_env(self.config.env, render_mode)
+            env.reset(seed=seed)  # gymnasium seeds at a reset: the episodes of later resets follow from it
+            return env
         if overrides.get("full_action_space", self.config.full_action_space) != self.config.full_action_space:
             raise ValueError(
                 f"full_action_space: the network chooses among the actions it was trained on ({self.n_actions})"

@@ -552,9 +552,10 @@ def check_gym_env(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         parser.error(f"--actors: Ape-X plays Atari games only, {name} is a gymnasium environment")
     try:
         _, frame_shape = env_layout(args.env)
+    except ValueError as error:
+        parser.error(f"--env {name}: {error}")
     except Exception as error:  # making someone else's environment can raise anything
-        parser.error(f"--env {name}: {error}" if isinstance(error, ValueError) else
-                     f"--env {name} cannot be made ({type(error).__name__}: {error})")  # fmt: skip
+        parser.error(f"--env {name} cannot be made ({type(error).__name__}: {error})")
     smallest = smallest_input(args.network)
     if min(frame_shape[-2:]) < smallest:
         height, width = frame_shape[-2:]
@@ -611,9 +612,8 @@ def memory_on_device(args: argparse.Namespace) -> bool:
     if args.memory_device != "auto":
         return args.memory_device == "device"
     device = pick_device(args.device)
-    return device.type == "cuda" and memory_bytes(
-        args.memory_size, env_layout(args.env)[1]
-    ) + DEVICE_HEADROOM <= device_free_memory(device)
+    needed = memory_bytes(args.memory_size, env_layout(args.env)[1]) + DEVICE_HEADROOM
+    return device.type == "cuda" and needed <= device_free_memory(device)
 
 
 def device_free_memory(device: torch.device) -> int:

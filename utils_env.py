@@ -351,8 +351,8 @@ class GymEnv:
         stacker = frame_stacker(self.env)
         self.stack_depth = stacker.stack_size if stacker else 1
         self.stack_rule = StackRule(zero_fill=stacker is not None and stacker.padding_type == "zero")
-        shape = space.shape[1:] if stacker else space.shape if isinstance(space, gym.spaces.Box) else None
-        if shape is None or len(shape) not in (2, 3) or space.dtype not in (np.uint8, np.bool_):
+        shape = (space.shape[1:] if stacker else space.shape) if isinstance(space, gym.spaces.Box) else ()
+        if len(shape) not in (2, 3) or space.dtype not in (np.uint8, np.bool_):
             raise ValueError(
                 f"observations must be images, a Box of uint8 or bool with 2 axes or 3 (channels first or last), "
                 f"not {space}"
@@ -385,10 +385,6 @@ class GymEnv:
     def step(self, action: int) -> StepResult:
         observation, reward, terminated, truncated, _ = self.env.step(action + self._first_action)
         return StepResult(self.frame(observation), float(reward), False, bool(terminated), bool(truncated))
-
-    @property
-    def lives(self) -> int:
-        return 0
 
     def rgb(self) -> np.ndarray:
         """The environment's ``render()`` as (H, W, 3) uint8, for eval frames (floats in [0, 1] scaled)."""

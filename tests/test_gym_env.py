@@ -60,8 +60,9 @@ def test_a_gymnasium_env_object_trains_from_python_with_one_frame_per_step_in_me
     frames = torch.load(run / "memory.pt", weights_only=True)["memory"]["frames"]
     assert tuple(frames.shape) == (300, 4, 10, 10)  # one frame (channels first) per step, not a stack of 2
     assert set(np.unique(frames[:300].numpy())) == {0, 255}  # booleans as the network's 0-255 scale
-    observation, _ = agent.make_env().reset(seed=1)
+    observation, _ = agent.make_env(seed=1).reset()
     assert observation.shape == (2, 10, 10, 4) and 0 <= agent.act(observation) < 3
+    assert np.array_equal(agent.make_env(seed=1).reset()[0], observation)  # seeded
     assert len(agent.evaluate(episodes=2)) == 2
     with pytest.raises(ValueError, match=r"an observation is a \(2, 10, 10, 4\) array"):
         agent.act(observation[-1])
