@@ -187,7 +187,7 @@ def play_checkpoint(args: argparse.Namespace, checkpoint: dict[str, Any]) -> int
     agent = Agent(env.n_actions, pick_device(args.device), seed=args.seed, **agent_options(args, env))
     agent.online.load_state_dict(checkpoint["agent"]["online"])
     print(
-        f"Playing {args.env} with {args.evaluate} (trained {checkpoint['run']['step']} steps): "
+        f"Playing {env_label(args.env)} with {args.evaluate} (trained {checkpoint['run']['step']} steps): "
         f"{args.eval_episodes} games, epsilon {args.eval_epsilon}",
         flush=True,
     )
