@@ -402,14 +402,16 @@ class GymEnv:
 
 
 @functools.cache
-def env_layout(env_id: str) -> tuple[int, tuple[int, ...]]:
-    """The stack depth and frame shape of ``env_id``'s states (a gymnasium environment is made once
-    to know them); ValueError, or whatever making it raises, when it cannot be played."""
+def env_layout(env: str) -> tuple[int, tuple[int, ...]]:
+    """The stack depth and frame shape of the states of ``env`` (any name ``resolve_env_id`` takes; a
+    gymnasium environment is made once to know them); ValueError, or whatever making it raises, when
+    it cannot be played."""
+    env_id = resolve_env_id(env)  # 'Breakout' is the Atari game, not what gymnasium.make('Breakout') makes
     if is_atari(env_id):
         return AtariEnv.stack_depth, AtariEnv.frame_shape
-    env = GymEnv(env_id, seed=0)
-    env.env.close()
-    return env.stack_depth, env.frame_shape
+    game = GymEnv(env_id, seed=0)
+    game.env.close()
+    return game.stack_depth, game.frame_shape
 
 
 def input_shape(env: AtariEnv | GymEnv) -> tuple[int, int, int]:
