@@ -44,9 +44,7 @@ class TrainedAgent:
         self.n_actions = game.n_actions
         # A gymnasium environment's observations become the agent's states as in training.
         self._gym_env = game if isinstance(game, GymEnv) else None
-        space = game.env.observation_space if isinstance(game, GymEnv) else None
-        self.observation_shape = space.shape if space is not None else OBSERVATION_SHAPE
-        self._observation_dtype = space.dtype if space is not None else np.dtype(np.uint8)
+        self.observation_shape = game.env.observation_space.shape if self._gym_env else OBSERVATION_SHAPE
         problem = device_problem(device)
         if problem:
             raise ValueError(f"device {device!r}: {problem}")
@@ -67,8 +65,9 @@ class TrainedAgent:
         if not 0.0 <= epsilon <= 1.0:  # also refuses nan
             raise ValueError(f"epsilon must be within [0, 1], got {epsilon}")
         if self._gym_env is not None:
-            if frames.dtype != self._observation_dtype:
-                raise ValueError(f"an observation holds {self._observation_dtype} values, got {frames.dtype}")
+            dtype = self._gym_env.env.observation_space.dtype
+            if frames.dtype != dtype:
+                raise ValueError(f"an observation holds {dtype} values, got {frames.dtype}")
             return self._agent.act(self._gym_env.state(frames), epsilon, self._rng)
         if frames.dtype != np.uint8:
             whole = np.issubdtype(frames.dtype, np.number) and np.array_equal(frames, np.round(frames))
