@@ -51,11 +51,9 @@ from utils_drl import Agent
 from utils_env import AtariEnv, resolve_env_id
 from utils_memory import PrioritizedReplayMemory, ReplayMemory, SumTree
 from utils_results import (
-    CLEANRL_ROWS,
-    GPU_ROWS,
     SCORE_THRESHOLD,
     SCORE_WINDOW,
-    gpu_table,
+    gpu_tables,
     learning_report,
     learning_table,
     seeds_table,
@@ -456,6 +454,7 @@ def table(figures: dict[str, Any], rows: list[tuple[str, str, str]] = ROWS) -> s
 # first tenth of the steps), only shorter: SIDE_STEPS steps, learning from SIDE_LEARNING_STARTS. Each
 # loop's steps/s is taken from SIDE_LEARNING_STARTS to the end, our evaluations left out.
 SIDE_STEPS, SIDE_LEARNING_STARTS, SIDE_MEMORY = 12_000, 4_000, 1_000_000
+GPU_PARTS = ("side", "atari100k")
 
 
 def side_flags(steps: int, memory_size: int) -> list[str]:
@@ -607,6 +606,59 @@ def run_gpu(cleanrl: Path | None, site: str | None, quick: bool) -> dict[str, An
     return figures
 
 
+# The Atari 100k preset on a GPU (the check's second part): its learning step (Dopamine's network,
+# double, dueling, the augmentation, the target the online network) eager and as a CUDA graph, and our
+# loop with the preset's settings on Pong, graphed and eager alternating, ATARI100K_BENCH_STEPS learning
+# steps (one per agent step) after the preset's 1,600 steps of random play.
+ATARI100K_BENCH_STEPS = 8_000
+
+
+def run_gpu_atari100k(quick: bool) -> dict[str, Any]:
+    """The Atari 100k figures of the GPU check: the preset's learning step eager and graphed, its loop's
+    steps/s with and without CUDA graphs (alternating, two rounds), and a 100k-step run's training
+    minutes at the graphed rate."""
+    device = pick_device("auto")
+    env_id = resolve_env_id("Pong")
+    env = AtariEnv(env_id, 0)
+    preset = ["--preset", "atari100k"]
+    args, _ = parse_config([*preset, "--env", "Pong"])
+    graphs = device.type == "cuda"
+    variants = {"graphed": "--cuda-graphs", "eager": "--no-cuda-graphs"} if graphs else {"eager": "--no-cuda-graphs"}
+    batch = random_batch(np.random.default_rng(0), env.n_actions, device)
+    figures: dict[str, Any] = {}
+    for name, flag in variants.items():
+        agent = Agent(
+            env.n_actions, device, **{**main.agent_options(args, env), "cuda_graphs": flag == "--cuda-graphs"}
+        )
+        key = "train_step_graphed_ms" if name == "graphed" else "train_step_ms"
+        figures[key] = 1e3 * median_seconds(functools.partial(agent.learn, batch), 10 if quick else 200, 10)
+    steps = 200 if quick else ATARI100K_BENCH_STEPS
+    rounds: dict[str, list[float]] = {}
+    for _ in range(2):
+        for name, flag in variants.items():
+            summary = bench_loop(env_id, False, args.learning_starts, steps, 1, "auto", [*preset, flag])
+            rounds.setdefault(name, []).append(summary.learning_steps_per_second)
+    figures["sps_rounds"] = rounds
+    for name, values in rounds.items():
+        figures[f"sps_{name}"] = statistics.mean(values)
+    fastest = figures.get("sps_graphed", figures["sps_eager"])
+    if graphs:
+        figures["graphs_over_eager"] = figures["sps_graphed"] / figures["sps_eager"]
+    figures["minutes_per_100k_steps"] = args.steps / fastest / 60
+    figures["settings"] = {
+        "device": torch.cuda.get_device_name(device) if graphs else str(device),
+        "game": env_id,
+        "learning_starts": args.learning_starts,
+        "steps": steps,
+        "flags": [*preset, "--eps-start", "0", "--eps-end", "0"],  # bench_loop's: a forward pass every step
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cpus": available_cpus(),
+        "quick": quick,
+    }
+    return figures
+
+
 # The learning benchmark: main.py --preset cleanrl-short (CleanRL's dqn_atari.py settings for a
 # 250k-step Breakout run, with an evaluation of 10 games every 50k steps; everything the preset does
 # not set is main.py's default). The thread count changes the numerics (and so the run); 2 threads
@@ -672,6 +724,13 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     parser.add_argument(
         "--gpu", action="store_true", help="the GPU check's figures (scripts/gpu_check.sh; about 5 minutes on a GPU)"
     )
+    parser.add_argument(
+        "--gpu-parts",
+        nargs="+",
+        choices=GPU_PARTS,
+        default=GPU_PARTS,
+        help="with --gpu: which figures: 'side', our loop beside CleanRL's; 'atari100k', the Atari 100k preset",
+    )
     parser.add_argument("--cleanrl", type=Path, help="with --gpu: CleanRL's dqn_atari.py, timed beside our loop")
     parser.add_argument("--cleanrl-path", help="with --gpu: the folder of CleanRL's packages, first on its path")
     parser.add_argument(
@@ -729,13 +788,15 @@ if __name__ == "__main__":
         print(json.dumps(results, indent=2) if arguments.json else table(results, APEX_ROWS))
         sys.exit(0)
     if arguments.gpu_report:
-        print(gpu_table(json.loads(arguments.gpu_report.read_text())["bench"]))
+        print(gpu_tables(json.loads(arguments.gpu_report.read_text())["bench"]))
         sys.exit(0)
     if arguments.gpu:
-        results = run_gpu(arguments.cleanrl, arguments.cleanrl_path, arguments.quick)
-        rows = GPU_ROWS + (CLEANRL_ROWS if arguments.cleanrl else [])
-        figures = {name: value for name, value in results.items() if name != "settings"}
-        print(json.dumps(results, indent=2) if arguments.json else table(figures, rows))
+        results = {}
+        if "side" in arguments.gpu_parts:
+            results = run_gpu(arguments.cleanrl, arguments.cleanrl_path, arguments.quick)
+        if "atari100k" in arguments.gpu_parts:
+            results["atari100k"] = run_gpu_atari100k(arguments.quick)
+        print(json.dumps(results, indent=2) if arguments.json else gpu_tables(results))
         sys.exit(0)
     if arguments.shared:
         results = bench_shared(env_id, arguments.quick, arguments.train_every, arguments.threads)

@@ -221,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--device", default="auto", help="auto picks cuda, then mps, then cpu")
     switch(
         "--cuda-graphs",
-        "on a CUDA device, replay the learning step (not with --augment) and the greedy action each as one CUDA graph; "
+        "on a CUDA device, replay the learning step (its augmentation's draws made on the host, as on the CPU) and the greedy action each as one CUDA graph; "
         "no effect elsewhere",
         default=True,
     )

@@ -63,14 +63,15 @@ class Agent:
             self.target = QNetwork(n_actions, input_shape, dueling, network).to(**layout)
             self.target.requires_grad_(False)
             self.sync_target()
-        # The augmentation draws from its own generator, so that a resumed run draws the same values.
+        # The augmentation draws from its own generator on the host, so that a resumed run draws the
+        # same values, on any device.
         self.augmentation = AUGMENTATIONS[augment]
         self.augment_rng = torch.Generator().manual_seed(seed) if self.augmentation else None
         # The fused kernel updates all parameters in one pass: a quarter off a CPU learning step.
         fused = True if self.device.type in ("cpu", "cuda") else None
-        # On a GPU the learning step can be one CUDA graph (see GraphedLearning); not with an
-        # augmentation, whose draws come from a generator on the host.
-        self.graphs = cuda_graphs and self.device.type == "cuda" and self.augmentation is None
+        # On a GPU the learning step can be one CUDA graph (see GraphedLearning), the augmentation's
+        # draws among its inputs.
+        self.graphs = cuda_graphs and self.device.type == "cuda"
         self.graphed_acts = cuda_graphs and self.device.type == "cuda"  # the greedy action too (GraphedActing)
         self.optimizer = torch.optim.Adam(
             self.online.parameters(), lr=lr, eps=adam_eps, fused=fused, capturable=self.graphs
@@ -133,28 +134,37 @@ class Agent:
         """One gradient step on the importance-weighted TD loss (on augmented frames with an
         ``augment`` other than none: the states, then the next states, each get their own draws).
         Its results stay on the device: reading them makes the host wait for the step."""
+        draws = self._augment_draws(batch.states.shape[0])
         if self.graphs:
-            stale = self.graphed is not None and self.graphed.inputs.states.shape != batch.states.shape
+            stale = self.graphed is not None and self.graphed.batch.states.shape != batch.states.shape
             if (self.graphed is None or stale) and self.eager_steps >= GraphedLearning.WARMUP_STEPS:
                 # The first capture, or another for a batch of another size.
-                self.graphed = GraphedLearning(self._step, batch, list(self.online.parameters()))
+                self.graphed = GraphedLearning(self._step, batch, draws, list(self.online.parameters()))
             if self.graphed is not None:
-                return self.graphed(batch)
+                return self.graphed(batch, draws)
             self.eager_steps += 1
             side = torch.cuda.Stream(self.device)  # warm-up steps run beside the capture's stream
             side.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(side):
-                result = self._step(batch)
+                result = self._step(batch, draws)
             torch.cuda.current_stream(self.device).wait_stream(side)
             return result
-        if self.augmentation is not None:
-            batch = batch._replace(
-                states=self.augmentation.apply(batch.states, self.augment_rng),
-                next_states=self.augmentation.apply(batch.next_states, self.augment_rng),
-            )
-        return self._step(batch)
+        return self._step(batch, draws)
 
-    def _step(self, batch: Batch) -> LearnResult:
+    def _augment_draws(self, batch_size: int) -> AugmentDraws | None:
+        """The augmentation's draws for one batch, on the device: the states' shifts and intensities,
+        then the next states'."""
+        if self.augmentation is None:
+            return None
+        states, next_states = (self.augmentation.draw(batch_size, self.augment_rng) for _ in range(2))
+        return AugmentDraws(*(None if draw is None else draw.to(self.device) for draw in (*states, *next_states)))
+
+    def _step(self, batch: Batch, draws: AugmentDraws | None) -> LearnResult:
+        if draws is not None:
+            batch = batch._replace(
+                states=self.augmentation.apply(batch.states, draws.state_shifts, draws.state_factors),
+                next_states=self.augmentation.apply(batch.next_states, draws.next_shifts, draws.next_factors),
+            )
         q = self._taken_q(batch)
         targets = self.td_targets(batch)
         loss = (batch.weights * self.loss_function(q, targets, reduction="none")).mean()
@@ -206,13 +216,12 @@ class Agent:
             self.augment_rng.set_state(state["shift_rng"])
 
 
-def random_shift(frames: torch.Tensor, shifts: tuple[int, int], generator: torch.Generator) -> torch.Tensor:
-    """DrQ's random shift (Kostrikov et al. 2020): each sample of a (B, C, H, W) batch padded with
-    copies of its edge pixels and cropped back to (H, W) at a random offset, i.e. shifted by
-    ``shifts[0]..shifts[1]`` pixels (both included) in each direction, every channel alike. One
-    gather on the batch: a shifted pixel reads its source pixel, with the source clamped to the frame."""
+def shift_frames(frames: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """DrQ's random shift (Kostrikov et al. 2020) with its draws given: each sample of a (B, C, H, W)
+    batch padded with copies of its edge pixels and cropped back to (H, W), shifted by its (B, 2)
+    ``offsets`` (rows, columns), every channel alike. One gather on the batch: a shifted pixel reads
+    its source pixel, with the source clamped to the frame."""
     batch, channels, height, width = frames.shape
-    offsets = torch.randint(shifts[0], shifts[1] + 1, (batch, 2), generator=generator).to(frames.device)
     rows = (torch.arange(height, device=frames.device) + offsets[:, :1]).clamp_(0, height - 1)  # (B, H)
     columns = (torch.arange(width, device=frames.device) + offsets[:, 1:]).clamp_(0, width - 1)  # (B, W)
     sources = (rows[:, :, None] * width + columns[:, None, :]).view(batch, 1, height * width)
@@ -220,11 +229,14 @@ def random_shift(frames: torch.Tensor, shifts: tuple[int, int], generator: torch
     return flat.gather(2, sources.expand(batch, channels, height * width)).view(batch, channels, height, width)
 
 
-def random_intensity(frames: torch.Tensor, scale: float, generator: torch.Generator) -> torch.Tensor:
-    """SPR's intensity augmentation (Schwarzer et al. 2021), as DrQ(eps) in Dopamine has it: each
-    sample multiplied by 1 + scale * clip(N(0, 1), -2, 2). Float frames on the 0-255 scale out."""
-    noise = torch.randn(frames.shape[0], generator=generator).clamp_(-2.0, 2.0).to(frames.device)
-    return frames * (1.0 + scale * noise).view(-1, 1, 1, 1)
+class AugmentDraws(NamedTuple):
+    """One learning step's augmentation draws, made on the host by the agent's generator and read on
+    the device by the step, so that a CUDA graph can hold the step (see GraphedLearning)."""
+
+    state_shifts: torch.Tensor  # (B, 2) int64 row and column shifts of the states
+    state_factors: torch.Tensor | None  # (B,) float32 intensity factors (None: no intensity step)
+    next_shifts: torch.Tensor  # the same for the next states
+    next_factors: torch.Tensor | None
 
 
 class GraphedLearning:
@@ -237,22 +249,40 @@ class GraphedLearning:
 
     WARMUP_STEPS = 3
 
-    def __init__(self, step: Callable[[Batch], LearnResult], batch: Batch, parameters: list[torch.Tensor]) -> None:
-        # The batch's tensors (not its slot indices), copied into the graph's inputs at each replay.
-        self.fields = [name for name in batch._fields if isinstance(getattr(batch, name), torch.Tensor)]
-        self.inputs = batch._replace(**{name: getattr(batch, name).clone() for name in self.fields})
+    def __init__(
+        self,
+        step: Callable[[Batch, AugmentDraws | None], LearnResult],
+        batch: Batch,
+        draws: AugmentDraws | None,
+        parameters: list[torch.Tensor],
+    ) -> None:
+        # The graph's own inputs: copies of the batch's tensors (not its slot indices) and draws,
+        # into which each replay's are copied.
+        self.batch, self.draws = graph_input(batch), graph_input(draws)
         self.graph = torch.cuda.CUDAGraph()
         for parameter in parameters:
             parameter.grad = None  # the captured backward allocates the gradients in the graph's pool
         with torch.cuda.graph(self.graph):
-            self.outputs = step(self.inputs)
+            self.outputs = step(self.batch, self.draws)
 
-    def __call__(self, batch: Batch) -> LearnResult:
-        for name in self.fields:
-            getattr(self.inputs, name).copy_(getattr(batch, name))
+    def __call__(self, batch: Batch, draws: AugmentDraws | None) -> LearnResult:
+        for inputs, given in ((self.batch, batch), (self.draws, draws)):
+            for name, tensor in tensor_fields(inputs):
+                tensor.copy_(getattr(given, name))
         self.graph.replay()
         # Copies: the next replay overwrites the graph's outputs.
         return LearnResult(*(output.clone() for output in self.outputs))
+
+
+def tensor_fields(value: NamedTuple | None) -> list[tuple[str, torch.Tensor]]:
+    """The (name, tensor) fields of a named tuple (none of None)."""
+    fields = () if value is None else value._asdict().items()
+    return [(name, field) for name, field in fields if isinstance(field, torch.Tensor)]
+
+
+def graph_input(value: NamedTuple | None) -> Any:
+    """A copy of a named tuple's tensors, for a graph to read its inputs from."""
+    return None if value is None else value._replace(**{name: t.clone() for name, t in tensor_fields(value)})
 
 
 class GraphedActing:
@@ -288,9 +318,20 @@ class Augmentation(NamedTuple):
     shifts: tuple[int, int]  # the least and the most pixels of the random shift
     intensity: float  # the scale of the random intensity (0: none)
 
-    def apply(self, frames: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        shifted = random_shift(frames, self.shifts, generator)
-        return random_intensity(shifted, self.intensity, generator) if self.intensity else shifted
+    def draw(self, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One batch's draws, shifts then intensities: each sample's (row, column) shift, from
+        ``shifts[0]`` to ``shifts[1]`` pixels, both included, and with an intensity, its factor
+        1 + intensity * clip(N(0, 1), -2, 2) (SPR's, Schwarzer et al. 2021, as DrQ(eps) in Dopamine)."""
+        shifts = torch.randint(self.shifts[0], self.shifts[1] + 1, (batch_size, 2), generator=generator)
+        if not self.intensity:
+            return shifts, None
+        return shifts, 1.0 + self.intensity * torch.randn(batch_size, generator=generator).clamp_(-2.0, 2.0)
+
+    def apply(self, frames: torch.Tensor, shifts: torch.Tensor, factors: torch.Tensor | None) -> torch.Tensor:
+        """A (B, C, H, W) batch with its draws applied: uint8 frames out of a shift alone, float frames
+        on the 0-255 scale with an intensity."""
+        shifted = shift_frames(frames, shifts)
+        return shifted if factors is None else shifted * factors.view(-1, 1, 1, 1)
 
 
 AUGMENTATIONS: dict[str, Augmentation | None] = {

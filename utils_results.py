@@ -16,8 +16,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 from matplotlib.figure import Figure
-from rliable import library as rly
-from rliable import metrics
 
 import plot
 from utils_apex import first_line
@@ -55,13 +53,21 @@ def reference_scores(path: Path = REFERENCE_SCORES) -> dict[str, tuple[float, fl
 
 # The aggregate metrics of Agarwal et al. (2021), computed by their library, rliable: over a
 # (runs, games) matrix of human-normalised scores; the median is that of the games' mean scores.
-METRICS: dict[str, Callable[[np.ndarray], float]] = {
-    "mean": metrics.aggregate_mean,
-    "median": metrics.aggregate_median,
-    "iqm": metrics.aggregate_iqm,
-    "optimality_gap": metrics.aggregate_optimality_gap,
+METRICS = {
+    "mean": "aggregate_mean",
+    "median": "aggregate_median",
+    "iqm": "aggregate_iqm",
+    "optimality_gap": "aggregate_optimality_gap",
 }
 PUBLISHED = ROOT / "results" / "atari100k" / "published"  # Atari 100k references (SOURCES.md there)
+
+
+def rliable_metric(name: str) -> Callable[..., Any]:
+    """One of rliable's metrics, imported when a report needs it: bench.py's speed and GPU figures
+    use this module on machines without rliable (the GPU machine)."""
+    from rliable import metrics
+
+    return getattr(metrics, name)
 
 
 def interval_estimates(
@@ -69,8 +75,10 @@ def interval_estimates(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """rliable's point estimates and 95% stratified bootstrap intervals of ``statistic`` for each entry
     of ``scores``: a (runs, games) matrix, or a pair of them (each resampled on its own)."""
+    from rliable import library
+
     with seeded_numpy():
-        return rly.get_interval_estimates(scores, statistic, reps=samples, confidence_interval_size=CONFIDENCE)
+        return library.get_interval_estimates(scores, statistic, reps=samples, confidence_interval_size=CONFIDENCE)
 
 
 @contextlib.contextmanager
@@ -88,7 +96,7 @@ def seeded_numpy(seed: int = 0) -> Iterator[None]:
 def aggregates(matrices: dict[str, np.ndarray], samples: int) -> dict[str, dict[str, Any]]:
     """Each algorithm's METRICS with their intervals."""
     points, intervals = interval_estimates(
-        matrices, lambda scores: np.array([statistic(scores) for statistic in METRICS.values()]), samples
+        matrices, lambda scores: np.array([rliable_metric(name)(scores) for name in METRICS.values()]), samples
     )
     return {
         name: {
@@ -247,7 +255,7 @@ def summarize(out: Path, samples: int = BOOTSTRAP_SAMPLES) -> dict[str, Any]:
             for name, raw in published_runs.items():
                 matrices[name] = (raw[:, columns] - scale[:, 0]) / (scale[:, 1] - scale[:, 0])
             pairs = {name: [ours, matrix] for name, matrix in matrices.items() if name != "ours"}
-            points, intervals = interval_estimates(pairs, metrics.probability_of_improvement, samples)
+            points, intervals = interval_estimates(pairs, rliable_metric("probability_of_improvement"), samples)
             summary["improvement"] = {
                 name: {"value": float(points[name]), "interval": tuple(float(end) for end in np.ravel(intervals[name]))}
                 for name in pairs
@@ -359,7 +367,7 @@ def compare(out: Path, other: Path, samples: int = BOOTSTRAP_SAMPLES) -> dict[st
             for name, summary in ((out.name, mine), (other.name, theirs))
         }
         points, intervals = interval_estimates(
-            {"improvement": list(matrices.values())}, metrics.probability_of_improvement, samples
+            {"improvement": list(matrices.values())}, rliable_metric("probability_of_improvement"), samples
         )
         comparison["aggregate_games"] = together
         comparison["aggregates"] = aggregates(matrices, samples)
@@ -490,8 +498,10 @@ def draw_profiles(panel: Any, summary: dict[str, Any], references: dict[str, tup
     matrices = profile_matrices(summary, references)
     top = max(float(matrix.max()) for matrix in matrices.values())
     taus = np.linspace(0.0, min(max(top, 0.1), 3.0), 101)  # beyond 3 only a few runs of a few games
+    from rliable import library
+
     with seeded_numpy():
-        profiles, bands = rly.create_performance_profile(matrices, taus, reps=200)
+        profiles, bands = library.create_performance_profile(matrices, taus, reps=200)
     for name, profile in profiles.items():
         panel.plot(taus, profile, label=name)
         panel.fill_between(taus, bands[name][0], bands[name][1], alpha=0.15, linewidth=0)
@@ -532,7 +542,7 @@ def iqm_curve(
                 for game in games
             ]
         ).T  # fmt: skip
-        points, intervals = interval_estimates({"iqm": matrix}, metrics.aggregate_iqm, samples)
+        points, intervals = interval_estimates({"iqm": matrix}, rliable_metric("aggregate_iqm"), samples)
         steps.append(next(iter(results[games[0]].values()))[index][0])  # the same for every run
         low, high = np.ravel(intervals["iqm"])
         values.append(float(points["iqm"]))
@@ -768,13 +778,33 @@ CLEANRL_ROWS = [
 ]
 
 
-def gpu_table(figures: dict[str, Any]) -> str:
-    """The GPU check's figures (``run_gpu``'s JSON) as a Markdown table; a loop timed more than once
-    shows each round in brackets."""
-    rows = [row for row in GPU_ROWS + CLEANRL_ROWS if row[0] in figures]
-    lines = [f"| {figures['settings']['device']}, `bench.py --gpu` | |", "|---|---|"]
+ATARI100K_GPU_ROWS = [
+    ("train_step_ms", "the preset's learning step, batch 32, eager (ms)", ".3f"),
+    ("train_step_graphed_ms", "the same as one CUDA graph, its augmentation's draws among its inputs (ms)", ".3f"),
+    ("sps_graphed", "our loop with the preset, --cuda-graphs (steps/s)", ".1f"),
+    ("sps_eager", "our loop with the preset, --no-cuda-graphs (steps/s)", ".1f"),
+    ("graphs_over_eager", "--cuda-graphs / --no-cuda-graphs", ".3f"),
+    ("minutes_per_100k_steps", "100k steps at the faster loop's rate (minutes, evaluations excluded)", ".1f"),
+]
+
+
+def gpu_table(
+    figures: dict[str, Any], rows: list[tuple[str, str, str]] = GPU_ROWS + CLEANRL_ROWS, what: str = "`bench.py --gpu`"
+) -> str:
+    """The figures of one part of the GPU check (``run_gpu``'s JSON, or its ``atari100k`` part with
+    ATARI100K_GPU_ROWS) as a Markdown table; a loop timed more than once shows each round in brackets."""
+    rows = [row for row in rows if row[0] in figures]
+    lines = [f"| {figures['settings']['device']}, {what} | |", "|---|---|"]
     for key, label, fmt in rows:
         rounds = figures["sps_rounds"].get(key.removeprefix("sps_"), [])
         each = f" ({', '.join(f'{value:{fmt}}' for value in rounds)})" if len(rounds) > 1 else ""
         lines.append(f"| {label} | {figures[key]:{fmt}}{each} |")
     return "\n".join(lines)
+
+
+def gpu_tables(figures: dict[str, Any]) -> str:
+    """The tables of the parts a GPU check ran: our loop beside CleanRL's, the Atari 100k preset."""
+    tables = [gpu_table(figures)] if "settings" in figures else []
+    if "atari100k" in figures:
+        tables.append(gpu_table(figures["atari100k"], ATARI100K_GPU_ROWS, "`bench.py --gpu --gpu-parts atari100k`"))
+    return "\n\n".join(tables)

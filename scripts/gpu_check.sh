@@ -11,7 +11,8 @@
 # RAM, beside CleanRL's dqn_atari.py with the same settings, alternating. It writes OUT/gpu_check.json (the
 # figures) and OUT/gpu_check.log (everything printed); about 8 minutes on an H100. To try it without a GPU:
 # GPU_CHECK_QUICK=1 (a short, rough bench) and WHEELS=FOLDER (wheels for this machine's Python). GPU_CHECK_TESTS=EXPR
-# runs only the cuda tests that pytest -k EXPR selects.
+# runs only the cuda tests that pytest -k EXPR selects; GPU_CHECK_PARTS='side atari100k' (both, the default)
+# picks bench.py's parts: our loop beside CleanRL's, and the Atari 100k preset eager and graphed.
 set -uo pipefail
 OUT=${1:?usage: bash scripts/gpu_check.sh OUT}
 cd "$(dirname "$0")/.."
@@ -35,13 +36,13 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 'gymnasium', gymnasium.__version__, 'ale-py', ale_py.__version__, torch.cuda.is_available() and torch.cuda.get_device_name())"
 
 start=$SECONDS
-timeout 180 "$PYTHON" -m pytest -q -p no:cacheprovider -m cuda tests/test_device.py tests/test_learning.py \
+timeout 240 "$PYTHON" -m pytest -q -p no:cacheprovider -m cuda tests/test_device.py tests/test_learning.py \
     ${GPU_CHECK_TESTS:+-k "$GPU_CHECK_TESTS"} --junitxml "$WORK/cuda_tests.xml"
 tests_status=$?
 tests_seconds=$((SECONDS - start))
 
 start=$SECONDS
-timeout 390 "$PYTHON" bench.py --gpu $QUICK --cleanrl "$WHEELS/cleanrl/dqn_atari_ale.py" --cleanrl-path "$WORK/cleanrl" --json \
+timeout 390 "$PYTHON" bench.py --gpu $QUICK ${GPU_CHECK_PARTS:+--gpu-parts $GPU_CHECK_PARTS} --cleanrl "$WHEELS/cleanrl/dqn_atari_ale.py" --cleanrl-path "$WORK/cleanrl" --json \
     >"$WORK/bench.json"
 bench_status=$?
 bench_seconds=$((SECONDS - start))

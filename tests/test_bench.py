@@ -99,6 +99,20 @@ def test_the_readme_summarises_the_committed_gpu_check():
         assert shown in readme, shown
 
 
+def test_the_docs_show_the_committed_atari100k_gpu_figures():
+    """The Atari 100k preset's GPU table in docs/results.md is bench.py --gpu-report of run 4, and the README's
+    figures are its."""
+    figures = json.loads((ROOT / "results/gpu/h100-run4/gpu_check.json").read_text())["bench"]
+    assert utils_results.gpu_tables(figures) in (ROOT / "docs" / "results.md").read_text()
+    preset = figures["atari100k"]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert (
+        f"its loop at **{preset['sps_graphed']:.0f}** steps/s with the augmented learning step graphed, "
+        f"{preset['graphs_over_eager']:.2f}\N{MULTIPLICATION SIGN} eager ({preset['sps_eager']:.0f}), so 100k steps "
+        f"train in about {preset['minutes_per_100k_steps']:.1f} minutes"
+    ) in readme
+
+
 def test_cleanrl_steps_per_second_are_dated_from_its_sps_lines(tmp_path):
     """CleanRL prints global_step / seconds since its start every 100 steps once learning: a stand-in
     that runs 1,000 steps/s before learning and 250 after gives 250 between its first and last line."""

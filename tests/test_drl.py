@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from utils_drl import AUGMENTATIONS, Agent, linear_schedule, random_shift
+from utils_drl import AUGMENTATIONS, Agent, Augmentation, linear_schedule, shift_frames
 from utils_model import QNetwork, smallest_input
 from utils_run import CheckpointError, load_checkpoint, save_checkpoint
 from utils_types import Batch
@@ -160,9 +160,12 @@ def edge_filled_crop(frames: torch.Tensor, pixels: int, shifts: torch.Tensor) ->
 
 def test_random_shift_is_an_edge_filled_shift_per_sample():
     frames = torch.randint(0, 256, (64, 4, 12, 10), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
-    shifted = random_shift(frames, (-3, 3), torch.Generator().manual_seed(7))
+    shift = Augmentation(shifts=(-3, 3), intensity=0.0)
+    shifts, factors = shift.draw(64, torch.Generator().manual_seed(7))
+    assert factors is None  # no intensity step, and no draw for it
+    assert torch.equal(shifts, torch.randint(-3, 4, (64, 2), generator=torch.Generator().manual_seed(7)))
+    shifted = shift.apply(frames, shifts, factors)
     assert shifted.shape == frames.shape and shifted.dtype == torch.uint8
-    shifts = torch.randint(-3, 4, (64, 2), generator=torch.Generator().manual_seed(7))  # the draws it made
     assert torch.equal(shifted, edge_filled_crop(frames, 3, shifts))
     assert len({tuple(shift) for shift in shifts.tolist()}) > 20  # each sample its own shift, of 49
     assert shifts.min() == -3 and shifts.max() == 3
@@ -172,11 +175,8 @@ def test_random_shift_is_an_edge_filled_shift_per_sample():
     assert torch.equal(edge_filled_crop(one, 3, torch.tensor([[1, -2]])), by_hand)
     # Views (the memory's states are a slice of its gathered frames) are read as they are.
     wide = torch.randint(0, 256, (8, 5, 12, 10), dtype=torch.uint8)
-    generator = torch.Generator().manual_seed(1)
-    assert torch.equal(
-        random_shift(wide[:, 1:], (-2, 2), generator),
-        random_shift(wide[:, 1:].contiguous(), (-2, 2), generator.manual_seed(1)),
-    )
+    offsets = torch.randint(-2, 3, (8, 2))
+    assert torch.equal(shift_frames(wide[:, 1:], offsets), shift_frames(wide[:, 1:].contiguous(), offsets))
 
 
 def test_learning_with_shifts_is_learning_on_shifted_states_and_next_states():
@@ -187,8 +187,8 @@ def test_learning_with_shifts_is_learning_on_shifted_states_and_next_states():
     plain = Agent(4, seed=5, lr=1e-3)
     generator = torch.Generator().manual_seed(5)
     shifted = batch._replace(
-        states=random_shift(batch.states, (-4, 4), generator),
-        next_states=random_shift(batch.next_states, (-4, 4), generator),
+        states=edge_filled_crop(batch.states, 4, torch.randint(-4, 5, (8, 2), generator=generator)),
+        next_states=edge_filled_crop(batch.next_states, 4, torch.randint(-4, 5, (8, 2), generator=generator)),
     )
     assert not torch.equal(shifted.states, batch.states)
     assert shifting.learn(batch).loss == plain.learn(shifted).loss
@@ -204,7 +204,7 @@ def test_dopamines_augmentation_shifts_by_minus_4_to_3_and_scales_each_sample():
     augmentation = AUGMENTATIONS["dopamine"]
     assert augmentation.shifts == (-4, 3) and augmentation.intensity == 0.05
     frames = torch.randint(0, 256, (4096, 4, 12, 10), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
-    augmented = augmentation.apply(frames, torch.Generator().manual_seed(3))
+    augmented = augmentation.apply(frames, *augmentation.draw(4096, torch.Generator().manual_seed(3)))
     # The same draws, in the same order: the shifts, then the intensities.
     generator = torch.Generator().manual_seed(3)
     shifts = torch.randint(-4, 4, (4096, 2), generator=generator)
