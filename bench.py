@@ -616,7 +616,7 @@ ATARI100K_BENCH_STEPS = 8_000
 def run_gpu_atari100k(quick: bool) -> dict[str, Any]:
     """The Atari 100k figures of the GPU check: the preset's learning step eager and graphed, its loop's
     steps/s with and without CUDA graphs (alternating, two rounds), and a 100k-step run's training
-    minutes at the graphed rate."""
+    minutes at the faster rate (the graphed one, on a GPU)."""
     device = pick_device("auto")
     env_id = resolve_env_id("Pong")
     env = AtariEnv(env_id, 0)
@@ -722,7 +722,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     # One loop in a process of its own, printing its steps/s: what --shared starts.
     parser.add_argument("--apex", action="store_true", help="only Ape-X's parts (needs ray; a few minutes)")
     parser.add_argument(
-        "--gpu", action="store_true", help="the GPU check's figures (scripts/gpu_check.sh; about 5 minutes on a GPU)"
+        "--gpu", action="store_true", help="the GPU check's figures (scripts/gpu_check.sh; about 7 minutes on a GPU)"
     )
     parser.add_argument(
         "--gpu-parts",

@@ -9,7 +9,8 @@
 # a resume across devices, an evaluation, Catch learnt on the GPU), then bench.py --gpu: the learning step,
 # where a step's time goes, our loop with uniform and prioritized replay, frames on the device and in host
 # RAM, beside CleanRL's dqn_atari.py with the same settings, alternating. It writes OUT/gpu_check.json (the
-# figures) and OUT/gpu_check.log (everything printed); about 8 minutes on an H100. To try it without a GPU:
+# figures) and OUT/gpu_check.log (everything printed); about 10 minutes on an H100 with both bench parts, 7 with
+# GPU_CHECK_PARTS=side and 5 with GPU_CHECK_PARTS=atari100k (below). To try it without a GPU:
 # GPU_CHECK_QUICK=1 (a short, rough bench) and WHEELS=FOLDER (wheels for this machine's Python). GPU_CHECK_TESTS=EXPR
 # runs only the cuda tests that pytest -k EXPR selects; GPU_CHECK_PARTS='side atari100k' (both, the default)
 # picks bench.py's parts: our loop beside CleanRL's, and the Atari 100k preset eager and graphed.
@@ -42,7 +43,7 @@ tests_status=$?
 tests_seconds=$((SECONDS - start))
 
 start=$SECONDS
-timeout 390 "$PYTHON" bench.py --gpu $QUICK ${GPU_CHECK_PARTS:+--gpu-parts $GPU_CHECK_PARTS} --cleanrl "$WHEELS/cleanrl/dqn_atari_ale.py" --cleanrl-path "$WORK/cleanrl" --json \
+timeout 480 "$PYTHON" bench.py --gpu $QUICK ${GPU_CHECK_PARTS:+--gpu-parts $GPU_CHECK_PARTS} --cleanrl "$WHEELS/cleanrl/dqn_atari_ale.py" --cleanrl-path "$WORK/cleanrl" --json \
     >"$WORK/bench.json"
 bench_status=$?
 bench_seconds=$((SECONDS - start))
