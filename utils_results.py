@@ -95,8 +95,9 @@ def seeded_numpy(seed: int = 0) -> Iterator[None]:
 
 def aggregates(matrices: dict[str, np.ndarray], samples: int) -> dict[str, dict[str, Any]]:
     """Each algorithm's METRICS with their intervals."""
+    statistics = [rliable_metric(name) for name in METRICS.values()]
     points, intervals = interval_estimates(
-        matrices, lambda scores: np.array([rliable_metric(name)(scores) for name in METRICS.values()]), samples
+        matrices, lambda scores: np.array([statistic(scores) for statistic in statistics]), samples
     )
     return {
         name: {
@@ -495,11 +496,11 @@ def draw_iqm_curve(
 
 def draw_profiles(panel: Any, summary: dict[str, Any], references: dict[str, tuple[float, float]]) -> None:
     """rliable's performance profiles: the fraction of runs scoring above each normalised score."""
+    from rliable import library
+
     matrices = profile_matrices(summary, references)
     top = max(float(matrix.max()) for matrix in matrices.values())
     taus = np.linspace(0.0, min(max(top, 0.1), 3.0), 101)  # beyond 3 only a few runs of a few games
-    from rliable import library
-
     with seeded_numpy():
         profiles, bands = library.create_performance_profile(matrices, taus, reps=200)
     for name, profile in profiles.items():
