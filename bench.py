@@ -272,7 +272,7 @@ def loop_result(process: subprocess.Popen) -> float:
 def bench_shared(env_id: str, quick: bool, train_every: int, threads: str | int = "auto") -> dict[str, float]:
     """The uniform loop's steps/s alone, beside a single-threaded busy loop, and the total of two
     loops at once with half the threads each; every loop runs in a fresh process."""
-    steps = (200, 300) if quick else (1000, 3000)
+    steps = (100, 100) if quick else (1000, 3000)
     cpus = available_cpus() if threads == "auto" else int(threads)
     figures = {"sps_alone": loop_result(loop_process(env_id, steps, train_every, cpus))}
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -338,7 +338,7 @@ def bench_apex(env_id: str, quick: bool) -> dict[str, Any]:
 def run(env: str, quick: bool, train_every: int, threads: str | int = "auto") -> dict[str, Any]:
     env_id = resolve_env_id(env)
     device = pick_device("auto")
-    learning_starts, loop_steps = (200, 300) if quick else (1000, 3000)
+    learning_starts, loop_steps = (100, 100) if quick else (1000, 3000)
     figures: dict[str, Any] = {}
     figures.update(bench_network(AtariEnv(env_id, 0).n_actions, device, repeats=10 if quick else 50))
     figures["env_step_ms"] = bench_env(env_id, 300 if quick else 3000)
