@@ -12,7 +12,7 @@ run: $(VENV)/installed
 	$(BIN)/python main.py $(ARGS)
 
 test: $(VENV)/installed
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup  # one process per CPU of this project's 2-core machines
 
 lint: $(VENV)/installed
 	$(BIN)/ruff check .
@@ -23,9 +23,9 @@ install: $(VENV)/installed
 # torch 2.13.0 first, unless .venv already has a torch (a GPU build you installed): that
 # release's CPU build is on these machines' disk, and a bare `torch` requirement would
 # otherwise fetch a multi-GB CUDA build.
-$(VENV)/installed: requirements.txt pyproject.toml  # its module list: a new module reinstalls
+$(VENV)/installed: requirements.txt pyproject.toml Makefile  # a new module or test tool reinstalls
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -r requirements.txt pytest==9.2.0 ruff==0.17.6 tensorboard "ray>=2.40" "setuptools>=68" minatar==1.0.15
+	$(BIN)/python -m pip install --quiet -r requirements.txt pytest==9.2.0 pytest-xdist==3.8.0 ruff==0.17.6 tensorboard "ray>=2.40" "setuptools>=68" minatar==1.0.15
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .   # the modules and the dqn-* commands
 	touch $@

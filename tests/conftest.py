@@ -1,18 +1,55 @@
+import os
 import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-torch.set_num_threads(2)
+# isort: off
+import main  # noqa: E402, F401  (first: it sets OpenMP's spin count before torch loads OpenMP)
+import torch  # noqa: E402
+import utils_config  # noqa: E402
+# isort: on
+
+# `make test` runs the suite in one process per CPU (pytest-xdist): each is pinned to a CPU of its
+# own, so that its torch and the runs it starts (--threads auto follows the affinity mask) take one
+# thread and no two processes' threads fight over a core, which slows both several times over.
+ALL_CPUS = frozenset(os.sched_getaffinity(0))
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1, ... in a worker; unset in a plain pytest
+if WORKER is not None:
+    os.sched_setaffinity(0, {sorted(ALL_CPUS)[int(WORKER.removeprefix("gw")) % len(ALL_CPUS)]})
+SUITE_THREADS = 1 if WORKER is not None else 2
+utils_config.use_threads(SUITE_THREADS)
+
+
+@pytest.fixture(autouse=True)
+def suite_threads():
+    """A test that runs main.main with --threads N leaves torch and numba with N threads: the next
+    test starts with the suite's count again."""
+    yield
+    if torch.get_num_threads() != SUITE_THREADS:
+        utils_config.use_threads(SUITE_THREADS)
+
+
+@pytest.fixture
+def every_cpu():
+    """The test runs on every CPU the suite started with (it asks for more threads than a pinned
+    worker has CPUs); the worker's own CPU again after it."""
+    pinned = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, ALL_CPUS)
+    yield
+    os.sched_setaffinity(0, pinned)
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked cuda need a CUDA device: skipped where none is visible (CI has none)."""
+    """Tests that share the session's Ray run in one worker; tests marked cuda need a CUDA device:
+    skipped where none is visible (CI has none)."""
+    for item in items:  # (with --dist loadgroup) so that only one Ray is started
+        if "ray_cluster" in item.fixturenames:
+            item.add_marker(pytest.mark.xdist_group("ray"))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="no CUDA device is visible")
@@ -28,6 +65,11 @@ def ray_cluster():
     ray = pytest.importorskip("ray")
     import utils_apex
 
-    utils_apex.start_ray(None, cpus=2)
+    pinned = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, ALL_CPUS)  # Ray's processes, started now, inherit every CPU
+    try:
+        utils_apex.start_ray(None, cpus=2)
+    finally:
+        os.sched_setaffinity(0, pinned)
     yield
     ray.shutdown()

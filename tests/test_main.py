@@ -377,7 +377,7 @@ def test_the_atari100k_preset_runs_end_to_end_and_resumes(tmp_path):
     assert [(i, s) for i, s, _ in rewards(run)] == [(0, 0), (1, 250), (2, 300)]
 
 
-def test_a_resume_with_another_thread_count_says_it_is_no_longer_bit_exact(tmp_path, capsys):
+def test_a_resume_with_another_thread_count_says_it_is_no_longer_bit_exact(tmp_path, capsys, every_cpu):
     run = tmp_path / "run"
     assert main.main([*TINY, "--steps", "120", "--eval-every", "120", "--threads", "2", "--out", str(run)]) == 0
     assert main.main(["--resume", str(run), "--steps", "130"]) == 0
@@ -387,4 +387,3 @@ def test_a_resume_with_another_thread_count_says_it_is_no_longer_bit_exact(tmp_p
         "Note: the run used 2 CPU threads and goes on with 1: it is no longer bit for bit the run it would have been"
         in capsys.readouterr().out
     )
-    utils_config.use_threads(2)  # the suite's (torch and numba)

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import ALL_CPUS
 
 import main
 import utils_config
@@ -35,9 +36,11 @@ def test_threads_one_runs_torch_with_one_thread(tmp_path):
     assert started_threads(tmp_path, "--threads", "1").endswith(", 1 CPU threads)")
 
 
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to restrict to 1")
+@pytest.mark.skipif(len(ALL_CPUS) < 2, reason="needs 2 CPUs to restrict to 1")
 def test_auto_follows_the_affinity_mask(tmp_path):
-    assert started_threads(tmp_path, cpus={min(os.sched_getaffinity(0))}).endswith(", 1 CPU threads)")
+    # The CPUs the suite started with: a worker of `make test` is itself pinned to one of them.
+    assert started_threads(tmp_path / "all", cpus=set(ALL_CPUS)).endswith(f", {len(ALL_CPUS)} CPU threads)")
+    assert started_threads(tmp_path / "one", cpus={min(ALL_CPUS)}).endswith(", 1 CPU threads)")
 
 
 def test_available_cpus_honours_a_cgroup_quota(monkeypatch):
@@ -59,7 +62,7 @@ def test_bad_thread_counts_are_one_line(value, capsys):
     assert error == f"main.py: error: argument --threads: must be auto or a whole number of 1 or more, got {value!r}"
 
 
-def test_threads_may_change_on_resume(tmp_path):
+def test_threads_may_change_on_resume(tmp_path, every_cpu):
     run = tmp_path / "run"
     assert main.main([*TINY, "--threads", "2", "--out", str(run)]) == 0
     args, _ = utils_config.parse_config(["--resume", str(run), "--steps", "200", "--threads", "1"])
