@@ -1,3 +1,4 @@
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -34,14 +35,22 @@ def suite_threads():
         utils_config.use_threads(SUITE_THREADS)
 
 
-@pytest.fixture
-def every_cpu():
-    """The test runs on every CPU the suite started with (it asks for more threads than a pinned
-    worker has CPUs); the worker's own CPU again after it."""
+@contextlib.contextmanager
+def on_every_cpu():
+    """Every CPU the suite started with, for what runs inside; the worker's own CPU again after it."""
     pinned = os.sched_getaffinity(0)
     os.sched_setaffinity(0, ALL_CPUS)
-    yield
-    os.sched_setaffinity(0, pinned)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, pinned)
+
+
+@pytest.fixture
+def every_cpu():
+    """For a test that asks for more threads than a pinned worker has CPUs."""
+    with on_every_cpu():
+        yield
 
 
 def pytest_collection_modifyitems(config, items):
@@ -65,11 +74,7 @@ def ray_cluster():
     ray = pytest.importorskip("ray")
     import utils_apex
 
-    pinned = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, ALL_CPUS)  # Ray's processes, started now, inherit every CPU
-    try:
+    with on_every_cpu():  # Ray's processes, started now, inherit every CPU
         utils_apex.start_ray(None, cpus=2)
-    finally:
-        os.sched_setaffinity(0, pinned)
     yield
     ray.shutdown()
