@@ -89,7 +89,7 @@ from utils_run import (
     save_memory,
     start_episodes,
 )
-from utils_types import EvalResult, GameResult, StackRule
+from utils_types import EvalResult, FinishedGames, GameResult, StackRule
 
 keep_freed_memory()  # for every tensor the learning step allocates (see utils_config)
 
@@ -105,6 +105,7 @@ class Progress:
     last_score: float = float("nan")
     threads: int = 0  # the learner's CPU threads (0: unknown, an older checkpoint)
     evaluation_due: bool = False  # a stop interrupted the evaluation at this step: a resume does it first
+    evaluation_games: dict[str, Any] | None = None  # the games it had finished (FinishedGames), not played again
 
 
 class StopRequest:
@@ -139,23 +140,44 @@ class StopRequest:
 
 
 def run_evaluation(
-    args: argparse.Namespace, agent: Agent, index: int, out: Path, stopped: Callable[[], bool]
+    args: argparse.Namespace,
+    agent: Agent,
+    index: int,
+    out: Path,
+    stopped: Callable[[], bool],
+    finished: FinishedGames | None = None,
 ) -> EvalResult:
-    """Evaluate on a fresh game seeded by (seed, index), so a resumed run evaluates identically."""
+    """Evaluate on a fresh game seeded by (seed, index), so a resumed run evaluates identically;
+    ``finished``: the games a stop's evaluation had finished, which it goes on from."""
     seed = int(np.random.SeedSequence([args.seed, index, 1]).generate_state(1)[0])
     env = make_env(args, seed, render=args.render)
     rng = np.random.default_rng(seed)
     frame_dir = out / f"eval_{index:03d}" if args.render else None
-    return evaluate(
-        lambda state, eps: agent.act(state, eps, rng),
-        env,
-        args.eval_episodes,
-        args.eval_epsilon,
-        frame_dir,
-        stopped,
-        stack_rule(args, env),
-        show_progress=True,
-    )
+
+    def play(finished: FinishedGames | None) -> EvalResult:
+        return evaluate(
+            lambda state, eps: agent.act(state, eps, rng),
+            env,
+            args.eval_episodes,
+            args.eval_epsilon,
+            frame_dir,
+            stopped,
+            stack_rule(args, env),
+            show_progress=True,
+            act_rng=rng,
+            finished=finished,
+        )
+
+    if finished is not None:
+        try:
+            return play(finished)
+        except EmulatorStateError as error:
+            print(
+                f"Note: the stopped evaluation cannot go on after its {len(finished.scores)} finished games, the "
+                f"game's state is {error}; it starts again from its first game",
+                flush=True,
+            )
+    return play(None)
 
 
 class TrainSummary(NamedTuple):
@@ -356,6 +378,7 @@ class Trainer:
         self.player = None if args.actors else Player(env, self.memory)  # Ape-X: the actors play
         self.progress = Progress()
         self.updates = 0  # gradient steps taken in this process
+        self.evaluation_stopped = False  # a stop cut an evaluation short in this process: its games are unsaved
         self.averages: torch.Tensor | None = None  # the loss and mean Q, exponential averages, on the device
         self.beta = args.beta0
         self.status: dict[str, Any] = {}  # shown on the progress bar: what the loop knows beyond the steps
@@ -506,24 +529,28 @@ class Trainer:
         self.saved_step = progress.step
 
     def save_interrupted(self) -> None:
-        if self.progress.step > self.saved_step:  # else the last checkpoint already holds this state
+        if self.progress.step > self.saved_step or self.evaluation_stopped:  # else the last checkpoint holds it
             self.save(self.out / INTERRUPTED_CHECKPOINT, None)
 
     def evaluate_and_save(self) -> None:
         """Evaluate, then write the checkpoint and the rewards.txt line. When a stop cuts the
         evaluation short, neither is written: the checkpoint the stop writes keeps the
-        evaluation due, and a resume does it first, as the run would have."""
+        evaluation due, with the games it finished, and a resume goes on from the next game
+        first, as the run would have."""
         evaluation_start = time.perf_counter()
         progress = self.progress
         index = progress.evaluations
         progress.evaluation_due = True
+        finished = FinishedGames(**progress.evaluation_games) if progress.evaluation_games else None
         try:
-            result = run_evaluation(self.args, self.agent, index, self.out, lambda: self.stop.requested)
-        except EvaluationStopped:
+            result = run_evaluation(self.args, self.agent, index, self.out, lambda: self.stop.requested, finished)
+        except EvaluationStopped as stop:
+            progress.evaluation_games = stop.finished._asdict()
+            self.evaluation_stopped = True
             return
         finally:
             self.evaluation_seconds += time.perf_counter() - evaluation_start
-        progress.evaluation_due = False
+        progress.evaluation_due, progress.evaluation_games = False, None
         progress.evaluations += 1
         progress.last_score = float(np.mean(result.scores))
         if self.writer:
@@ -538,6 +565,8 @@ class Trainer:
         """Reload the saved replay memory if it belongs to the checkpoint, else refill it with
         ``learning_starts`` steps of the current policy (not counted as training steps)."""
         args, memory, out = self.args, self.memory, self.out
+        if self.progress.step == 0:
+            return  # stopped in the untrained network's evaluation: nothing was played into the memory yet
         state, reason = load_memory(out / MEMORY_FILE, self.progress.step, learning_config(vars(args)))
         if state is not None:
             try:
@@ -569,13 +598,6 @@ class Trainer:
         if not self.stop.requested and (progress.evaluation_due or progress.step % self.args.eval_every != 0):
             self.evaluate_and_save()  # the final policy always gets a line
         if self.stop.requested:
-            if self.checkpoint is None and progress.evaluations == 0:
-                print(
-                    "Stopped while evaluating the untrained network, before anything was saved; "
-                    "start again with the same command",
-                    flush=True,
-                )
-                return TrainSummary(130, 0, math.nan, 0)
             self.save_interrupted()
             print(f"Interrupted at step {progress.step}; continue with: python main.py --resume {self.out}", flush=True)
             return TrainSummary(130, progress.step, learning_sps, self.updates)

@@ -386,7 +386,10 @@ def parse_config(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, 
     check_values(parser, args)
     check_training(parser, args, resuming=checkpoint is not None)
     if checkpoint is not None:
-        due = ", its evaluation first" if checkpoint["run"].get("evaluation_due", False) else ""
+        due = ""
+        if checkpoint["run"].get("evaluation_due", False):
+            games = len((checkpoint["run"].get("evaluation_games") or {}).get("scores", []))
+            due = f", its evaluation first, from game {games + 1}" if games else ", its evaluation first"
         print(f"Resuming from {resume_from} (step {checkpoint['run']['step']:,}{due})", flush=True)
         saved_steps = checkpoint["config"]["steps"]
         if args.prioritized and args.steps != saved_steps:

@@ -40,7 +40,7 @@ from gymnasium.wrappers import FrameStackObservation
 from PIL import Image
 from tqdm import tqdm
 
-from utils_types import NATURE_STACKS, EvalResult, GameResult, StackRule, StepResult
+from utils_types import NATURE_STACKS, EvalResult, FinishedGames, GameResult, StackRule, StepResult
 
 if TYPE_CHECKING:
     from utils_memory import ReplayMemory
@@ -548,7 +548,12 @@ class Player:
 
 
 class EvaluationStopped(Exception):
-    """``evaluate`` was asked to stop before its last game ended; it returns no scores."""
+    """``evaluate`` was asked to stop before its last game ended; it returns no scores, only the
+    games it finished, for a later ``evaluate`` to go on from."""
+
+    def __init__(self, finished: FinishedGames) -> None:
+        super().__init__(f"stopped after {len(finished.scores)} games")
+        self.finished = finished
 
 
 PROGRESS_STEPS = 1000  # an evaluation's progress bar shows the current game's steps this often
@@ -563,28 +568,51 @@ def evaluate(
     stopped: Callable[[], bool] = lambda: False,
     stack_rule: StackRule = NATURE_STACKS,
     show_progress: bool = False,
+    act_rng: np.random.Generator | None = None,
+    finished: FinishedGames | None = None,
 ) -> EvalResult:
     """Play whole games with ``act(state, epsilon)`` and return their raw scores.
 
     With ``frame_dir``, the first episode's colour frames are written there as
     000000.png, 000001.png, ...; the folder appears only once it is complete.
     ``stopped`` is asked before every step: once it says yes, raises EvaluationStopped (100
-    games can take many minutes, and a partial mean must never pass for a score).
+    games can take many minutes, and a partial mean must never pass for a score) with the games
+    finished so far, the game's state and that of ``act_rng`` (the generator ``act`` draws from)
+    before the next one. Given back as ``finished``, they are not played again: the evaluation
+    goes on as it would have (EmulatorStateError when the game's state cannot be restored).
     ``show_progress``: a progress bar of the games played, with the current game's steps
     (redrawn every PROGRESS_STEPS steps, so that it costs the games nothing).
     """
+    scores: list[float] = []
+    steps, earlier_seconds = 0, 0.0
+    if finished is not None:
+        env.set_state(finished.env)
+        if act_rng is not None and finished.act_rng is not None:
+            act_rng.bit_generator.state = finished.act_rng
+        scores, steps, earlier_seconds = list(finished.scores), finished.steps, finished.seconds
     start = time.perf_counter()
     stack = FrameStack(env.stack_depth, env.frame_shape, stack_rule)
-    scores: list[float] = []
-    steps = 0
-    partial = frame_dir.with_name(frame_dir.name + ".partial") if frame_dir else None
+    partial = frame_dir.with_name(frame_dir.name + ".partial") if frame_dir and not scores else None
     if partial:
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
     with tqdm(
-        total=episodes, desc="evaluating", unit="game", leave=False, disable=not show_progress, mininterval=1.0
+        total=episodes,
+        initial=len(scores),
+        desc="evaluating",
+        unit="game",
+        leave=False,
+        disable=not show_progress,
+        mininterval=1.0,
     ) as bar:
-        for episode in range(episodes):
+        for episode in range(len(scores), episodes):
+            so_far = FinishedGames(
+                scores.copy(),
+                steps,
+                earlier_seconds + time.perf_counter() - start,
+                env.get_state(),
+                act_rng.bit_generator.state if act_rng is not None else None,
+            )
             state = stack.reset(env.reset())
             game_steps = 0
             render = partial is not None and episode == 0
@@ -594,9 +622,9 @@ def evaluate(
             score, done = 0.0, False
             while not done:
                 if stopped():
-                    if partial:
+                    if render:
                         shutil.rmtree(partial, ignore_errors=True)
-                    raise EvaluationStopped
+                    raise EvaluationStopped(so_far)
                 result = env.step(act(state, epsilon))
                 state = stack.advance(result)
                 score += result.reward
@@ -609,8 +637,8 @@ def evaluate(
                     frame_index += 1
                     Image.fromarray(env.rgb()).save(partial / f"{frame_index:06d}.png")
             scores.append(score)
+            if render:  # the first game's frames are complete
+                shutil.rmtree(frame_dir, ignore_errors=True)
+                partial.rename(frame_dir)
             bar.update()
-    if partial:
-        shutil.rmtree(frame_dir, ignore_errors=True)
-        partial.rename(frame_dir)
-    return EvalResult(scores, steps, time.perf_counter() - start)
+    return EvalResult(scores, steps, earlier_seconds + time.perf_counter() - start)

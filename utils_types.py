@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -51,6 +51,16 @@ class EvalResult(NamedTuple):
     scores: list[float]
     steps: int  # agent steps played over all episodes
     seconds: float
+
+
+class FinishedGames(NamedTuple):
+    """What an evaluation stopped between two games keeps, so that it can go on where it stopped."""
+
+    scores: list[float]  # the raw scores of the games it finished
+    steps: int  # their agent steps
+    seconds: float  # their time
+    env: dict[str, Any]  # the game's ``get_state()`` before the next game's reset
+    act_rng: dict[str, Any] | None  # the acting generator's ``bit_generator.state`` then
 
 
 class StackRule(NamedTuple):

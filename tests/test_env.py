@@ -4,7 +4,7 @@ training and evaluation."""
 import numpy as np
 import pytest
 
-from utils_env import FRAME_SIZE, AtariEnv, Player, evaluate, resolve_env_id
+from utils_env import FRAME_SIZE, AtariEnv, EvaluationStopped, Player, evaluate, resolve_env_id
 from utils_memory import ReplayMemory
 from utils_types import NATURE_STACKS, StackRule
 
@@ -214,3 +214,36 @@ def test_an_evaluation_shows_its_games_and_the_current_games_steps(capsys):
     assert "evaluating" in shown and "game 1: 1,000 steps" in shown
     evaluate(lambda state, epsilon: 0, env, episodes=1, epsilon=0.0)
     assert capsys.readouterr().err == ""  # off unless asked for (playback prints each game instead)
+
+
+@pytest.mark.parametrize("sticky_actions,noop_unit", [(0.0, "frames"), (0.25, "steps")])
+def test_a_stopped_evaluation_goes_on_from_its_finished_games_as_if_never_stopped(sticky_actions, noop_unit):
+    """The games an evaluation finished before a stop, handed to a new one (on a game made with another
+    seed, with another generator), are not played again, and the rest are the games it would have played:
+    the same scores and steps, the same draws of the acting generator after them."""
+
+    def setup(seed):
+        env = AtariEnv("ALE/Breakout-v5", seed, sticky_actions, max_episode_frames=1200, noop_unit=noop_unit)
+        rng = np.random.default_rng(seed)
+        acts = []
+
+        def act(state, epsilon):
+            acts.append(int(rng.integers(env.n_actions)))
+            return acts[-1]
+
+        return env, rng, act, acts
+
+    env, rng, act, acts = setup(3)
+    straight = evaluate(act, env, episodes=5, epsilon=1.0, act_rng=rng)
+    drawn_after = rng.bit_generator.state
+    assert len(set(straight.scores)) > 1  # random play: games that differ
+    env, rng, act, first_acts = setup(3)
+    with pytest.raises(EvaluationStopped) as stop:
+        evaluate(act, env, episodes=5, epsilon=1.0, act_rng=rng, stopped=lambda: len(first_acts) == straight.steps // 2)
+    finished = stop.value.finished
+    assert 1 <= len(finished.scores) < 5 and finished.scores == straight.scores[: len(finished.scores)]
+    env, rng, act, later_acts = setup(99)
+    resumed = evaluate(act, env, episodes=5, epsilon=1.0, act_rng=rng, finished=finished)
+    assert resumed.scores == straight.scores and resumed.steps == straight.steps
+    assert later_acts == acts[finished.steps :]  # the finished games are not played again
+    assert rng.bit_generator.state == drawn_after

@@ -362,8 +362,9 @@ def test_a_saved_memory_is_used_only_when_it_belongs_to_the_checkpoint(tmp_path,
     assert f"{memory} cannot be used (AttributeError" in capsys.readouterr().out
 
 
-def stop_during_evaluation(monkeypatch, evaluation: int, signum: int = signal.SIGINT) -> None:
-    """Ctrl-C (a real SIGINT to this process, or ``signum``) 30 steps into the process's ``evaluation``-th evaluation."""
+def stop_during_evaluation(monkeypatch, evaluation: int, signum: int = signal.SIGINT, steps: int = 30) -> None:
+    """Ctrl-C (a real SIGINT to this process, or ``signum``) ``steps`` steps into the process's ``evaluation``-th
+    evaluation."""
     real, calls = main.evaluate, itertools.count()
 
     def evaluate(act, *rest, **options):
@@ -372,7 +373,7 @@ def stop_during_evaluation(monkeypatch, evaluation: int, signum: int = signal.SI
         acted = itertools.count()
 
         def act_then_stop(state, epsilon):
-            if next(acted) == 30:
+            if next(acted) == steps:
                 os.kill(os.getpid(), signum)
             return act(state, epsilon)
 
@@ -386,34 +387,55 @@ def scores(run: Path) -> list[list[str]]:
     return [line.split()[:-1] for line in (run / "rewards.txt").read_text().splitlines()]
 
 
-def test_ctrl_c_during_an_evaluation_writes_no_score_and_a_resume_evaluates_first(tmp_path, monkeypatch, capsys):
-    """Stopped in line 0's evaluation, in one at --eval-every and in the final one: no partial line,
-    and the run finished afterwards is the uninterrupted one, line for line and weight for weight."""
-    common = [*TINY, "--max-episode-frames", "400", "--steps", "300", "--eval-every", "200", "--save-memory"]
+def test_ctrl_c_during_an_evaluation_writes_no_score_and_a_resume_goes_on_from_its_game(tmp_path, monkeypatch, capsys):
+    """Stopped in line 0's evaluation, in one at --eval-every and in the final one, each in its second
+    game or later: no partial line, the first game's frames kept, and the run finished afterwards is the
+    uninterrupted one, line for line and weight for weight, without playing the finished games again."""
+    common = [*TINY, "--max-episode-frames", "400", "--eval-episodes", "4", "--steps", "300", "--eval-every", "200"]
+    common += ["--save-memory"]
     assert main.main([*common, "--out", str(tmp_path / "straight")]) == 0
     straight = load_checkpoint(tmp_path / "straight" / "model_002.pt")
     for evaluation, step in [(0, 0), (1, 200), (2, 300)]:
         run = tmp_path / f"stopped_in_{evaluation}"
+        with monkeypatch.context() as patch:  # a game is at most 100 steps (400 frames)
+            stop_during_evaluation(patch, evaluation, steps=110)
+            assert main.main([*common, "--render", "--out", str(run)]) == 130
+        assert not list(run.glob("eval_*.partial")) and (run / f"eval_{evaluation:03d}" / "000000.png").exists()
+        written = scores(run) if (run / "rewards.txt").exists() else []
+        assert [line[0] for line in written] == [str(i) for i in range(evaluation)]
+        progress = load_checkpoint(run / "model_interrupted.pt")["run"]
+        finished = progress["evaluation_games"]["scores"]
+        assert progress["step"] == step and progress["evaluation_due"] and 1 <= len(finished) < 4
+        assert sweep.run_state(sweep.Run("Breakout", 0, run), 300) == "interrupted"
+        capsys.readouterr()
         with monkeypatch.context() as patch:
-            stop_during_evaluation(patch, evaluation)
-            assert main.main([*common, "--render", "--out", str(run)]) == 130  # frames: an eval_*.partial
-        out = capsys.readouterr().out
-        assert not list(run.glob("eval_*.partial")) and not (run / f"eval_{evaluation:03d}").exists()
-        if evaluation == 0:
-            assert "before anything was saved; start again with the same command" in out
-            assert not (run / "rewards.txt").exists() and not list(run.glob("*.pt"))
-            assert main.main([*common, "--out", str(run)]) == 0
-        else:
-            assert [line[0] for line in scores(run)] == [str(i) for i in range(evaluation)]
-            progress = load_checkpoint(run / "model_interrupted.pt")["run"]
-            assert progress["step"] == step and progress["evaluation_due"]
-            assert sweep.run_state(sweep.Run("Breakout", 0, run), 300) == "interrupted"
+            played = count_games(patch)
             assert main.main(["--resume", str(run), "--steps", "300"]) == 0
+        assert f"its evaluation first, from game {len(finished) + 1})" in capsys.readouterr().out
+        assert played[0] == 4 - len(finished) + 4 * (2 - evaluation)  # the rest of this evaluation, the later ones
         assert scores(run) == scores(tmp_path / "straight")
         finished = load_checkpoint(run / "model_002.pt")
         assert not finished["run"]["evaluation_due"]
         for key, value in straight["agent"]["online"].items():
             assert torch.equal(value, finished["agent"]["online"][key]), (evaluation, key)
+
+
+def count_games(monkeypatch) -> list[int]:
+    """A one-item list counting the games ``main``'s evaluations play from now on."""
+    played, real = [0], main.evaluate
+
+    def evaluate(act, env, *rest, **options):
+        real_reset = env.reset
+
+        def reset():
+            played[0] += 1
+            return real_reset()
+
+        env.reset = reset
+        return real(act, env, *rest, **options)
+
+    monkeypatch.setattr(main, "evaluate", evaluate)
+    return played
 
 
 def test_ctrl_c_during_the_refill_writes_no_memory_and_the_run_resumes(tmp_path):

@@ -1,6 +1,7 @@
 """Training on gymnasium environments other than the built-in Atari games: MinAtar (Young & Tian
 2019), gymnasium's frame stacks, and our own AtariGymEnv through the generic path."""
 
+import itertools
 import json
 from pathlib import Path
 
@@ -12,7 +13,9 @@ from gymnasium.wrappers import FrameStackObservation, TransformObservation
 
 import dqn
 import main
-from utils_env import FrameStack, GymEnv, frame_stacker, register_plugin_envs, resolve_env_id
+from utils_config import parse_config
+from utils_drl import Agent
+from utils_env import EvaluationStopped, FrameStack, GymEnv, frame_stacker, register_plugin_envs, resolve_env_id
 from utils_run import read_episodes
 
 BaseEnv = pytest.importorskip("minatar.gym", reason="pip install minatar==1.0.15 (make install does)").BaseEnv
@@ -140,3 +143,20 @@ def test_our_atari_env_through_the_generic_path_plays_the_built_in_games(tmp_pat
     first_evaluation = [(tmp_path / name / "rewards.txt").read_text().splitlines()[0].split()[:7]
                         for name in ("built-in", "generic")]  # fmt: skip
     assert first_evaluation[0] == first_evaluation[1]
+
+
+def test_a_stopped_evaluation_of_a_gymnasium_env_is_played_again_whole(tmp_path, capsys):
+    """A gymnasium environment's state cannot be saved: the evaluation a stop cut short starts again
+    from its first game (with a note), to the scores of one never stopped."""
+    args, _ = parse_config([*MINATAR_RUN, "--eval-episodes", "4", "--out", str(tmp_path)])
+    env = main.make_env(args, args.seed)
+    agent = Agent(env.n_actions, torch.device("cpu"), seed=args.seed, **main.agent_options(args, env))
+    whole = main.run_evaluation(args, agent, 0, tmp_path, lambda: False)
+    steps = itertools.count()
+    with pytest.raises(EvaluationStopped) as stop:
+        main.run_evaluation(args, agent, 0, tmp_path, lambda: next(steps) == whole.steps - 1)
+    finished = stop.value.finished
+    assert finished.scores and finished.env == {}
+    again = main.run_evaluation(args, agent, 0, tmp_path, lambda: False, finished)
+    assert (again.scores, again.steps) == (whole.scores, whole.steps)
+    assert f"cannot go on after its {len(finished.scores)} finished games" in capsys.readouterr().out
