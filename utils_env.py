@@ -606,8 +606,7 @@ def evaluate(
         mininterval=1.0,
     ) as bar:
         for episode in range(len(scores), episodes):
-            so_far = FinishedGames(
-                scores.copy(),
+            before_game = (  # a stop in this game keeps the games before it, and these
                 steps,
                 earlier_seconds + time.perf_counter() - start,
                 env.get_state(),
@@ -624,7 +623,7 @@ def evaluate(
                 if stopped():
                     if render:
                         shutil.rmtree(partial, ignore_errors=True)
-                    raise EvaluationStopped(so_far)
+                    raise EvaluationStopped(FinishedGames(scores, *before_game))
                 result = env.step(act(state, epsilon))
                 state = stack.advance(result)
                 score += result.reward
