@@ -273,6 +273,7 @@ class Executor:
     def run_all(self, jobs: list[tuple[Run, list[str]]], on_done: Callable[[Run, int], None], bar: tqdm) -> None:
         """Run ``jobs`` (as Ray tasks, or one at a time in a thread of this process), calling
         ``on_done(run, exit status)`` as each ends; Ctrl-C stops them all with their checkpoints."""
+        submitted = time.time()
         with concurrent.futures.ThreadPoolExecutor(max_workers=1) as local:
             if self.ray is None:
                 pending = {
@@ -284,7 +285,7 @@ class Executor:
                 while pending:
                     for handle in self._ended(list(pending)):
                         on_done(pending.pop(handle), self._exit_status(handle))
-                    bar.set_postfix_str(progress_text(list(pending.values())), refresh=True)
+                    bar.set_postfix_str(progress_text(list(pending.values()), submitted), refresh=True)
             except KeyboardInterrupt:
                 self.stop_file.touch()  # each run passes it on to its main.py, which saves a checkpoint
                 if self.ray is None:
@@ -314,8 +315,18 @@ class Executor:
             self.ray.shutdown()
 
 
-def progress_text(running: list[Run]) -> str:
-    return ", ".join(f"{run.name} {last_step(run):,}" for run in running[:4])
+def progress_text(pending: list[Run], since: float) -> str:
+    """The step of up to four runs under way: those whose log was written since ``since`` (a run
+    still queued, for a free core or a free slot in the cluster, has not)."""
+    started = [run for run in pending if log_written_since(run, since)]
+    return ", ".join(f"{run.name} {last_step(run):,}" for run in started[:4])
+
+
+def log_written_since(run: Run, since: float) -> bool:
+    try:
+        return (run.folder / LOG_FILE).stat().st_mtime >= since
+    except OSError:  # not started yet
+        return False
 
 
 def sweep(arguments: argparse.Namespace, passed: list[str]) -> int:

@@ -468,6 +468,20 @@ def test_a_failed_runs_reason_is_never_a_progress_bar_line(tmp_path):
     assert sweep.last_error(log) == "main.py: error: cannot write R/model_001.pt: No space left on device"
 
 
+def test_the_progress_bar_names_the_runs_under_way_not_the_queued_ones(tmp_path):
+    """A resumable run still queued has an old log and steps of its own: it is not shown until its
+    main.py writes to its log again."""
+    runs = sweep.plan(tmp_path, ["Pong", "Breakout"], [0])
+    for run, step in zip(runs, (1600, 64684), strict=True):
+        run.folder.mkdir()
+        (run.folder / "episodes.csv").write_text(f"step,score,length,epsilon,seconds\n{step},-21,855,1.0,169.1\n")
+        (run.folder / "main.log").write_text("Run folder\n")
+    submitted = time.time()
+    os.utime(runs[1].folder / "main.log", (submitted - 60, submitted - 60))  # from an earlier sweep
+    assert sweep.progress_text(runs, submitted - 1) == "Pong-seed0 1,600"
+    assert sweep.progress_text(runs, submitted - 120) == "Pong-seed0 1,600, Breakout-seed0 64,684"
+
+
 def test_a_report_marks_runs_at_different_steps(tmp_path):
     for seed, step in ((0, 300), (1, 500)):
         write_rewards(tmp_path / f"Pong-seed{seed}", [-21.0, -10.0], every=step)
