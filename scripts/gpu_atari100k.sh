@@ -8,7 +8,8 @@
 # (--device auto). Our wheels come from .whl/ours (scripts/fetch_gpu_wheels.sh). The run folders, without their
 # checkpoints and replay memories, come back in OUT/runs.tar.gz: `tar -xzf OUT/runs.tar.gz -C results/atari100k`
 # puts them where the sweep counts them as done. OUT/runs.log says where each ran, its exit status and wall time.
-# On an H100 one run trains in about 4.4 minutes (docs/gpu.md, run 4), its 100 evaluation games aside.
+# On an H100 one run trains in about 4.4 minutes (docs/gpu.md, run 4), its 100 evaluation games aside; a whole
+# KungFuMaster run alone, install and both evaluations included, took longer than one 10-minute call (run 5).
 # GPU_RUNS_FLAGS: more main.py flags, for a trial (--steps 3000). Without a GPU it runs them on the CPU.
 set -uo pipefail
 OUT=${1:?usage: bash scripts/gpu_atari100k.sh OUT GAME-seedK ...}
