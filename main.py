@@ -44,6 +44,7 @@ from utils_config import (
     keep_freed_memory,
     learner_threads,
     learning_config,
+    learning_defaults,
     memory_on_device,
     parse_config,
     pick_device,
@@ -52,6 +53,7 @@ from utils_config import (
 )
 from utils_drl import Agent, linear_schedule
 from utils_env import (
+    ATARI_DEFAULTS_NOTE,
     GYM_ENV_NOTE,
     AtariEnv,
     EmulatorStateError,
@@ -370,12 +372,14 @@ class Trainer:
         env = make_env(args, args.seed)
         if isinstance(env, GymEnv):
             print(f"Note: {GYM_ENV_NOTE}", flush=True)
+            if args.preset is None:
+                print(f"Note: {ATARI_DEFAULTS_NOTE}", flush=True)
         self.agent = Agent(env.n_actions, device, seed=args.seed, **agent_options(args, env))
         # A checkpoint holds the online and target weights and Adam's two moments.
         check_free_space(out, 4 * sum(p.numel() * p.element_size() for p in self.agent.online.parameters()))
         self.memory = build_memory(args, device, frames_on_device, env)
         self.env = env
-        self.player = None if args.actors else Player(env, self.memory)  # Ape-X: the actors play
+        self.player = None if args.actors else Player(env, self.memory, args.clip_rewards)  # Ape-X: the actors play
         self.progress = Progress()
         self.updates = 0  # gradient steps taken in this process
         self.evaluation_stopped = False  # a stop cut an evaluation short in this process: its games are unsaved
@@ -567,7 +571,8 @@ class Trainer:
         args, memory, out = self.args, self.memory, self.out
         if self.progress.step == 0:
             return  # stopped in the untrained network's evaluation: nothing was played into the memory yet
-        state, reason = load_memory(out / MEMORY_FILE, self.progress.step, learning_config(vars(args)))
+        config = learning_config(vars(args))
+        state, reason = load_memory(out / MEMORY_FILE, self.progress.step, config, learning_defaults())
         if state is not None:
             try:
                 memory.load_state_dict(state)
@@ -705,6 +710,7 @@ def actor_config(args: argparse.Namespace, env: AtariEnv) -> ActorConfig:
         weights_every=args.weights_every,
         td_errors=args.prioritized,  # initial priorities
         stack_rule=stack_rule(args, env),
+        clip_rewards=args.clip_rewards,
     )
 
 

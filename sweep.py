@@ -46,6 +46,7 @@ from utils_config import (
     available_cpus,
     available_memory,
     learning_config,
+    learning_defaults,
     memory_bytes,
     options_of,
     parse_config,
@@ -174,7 +175,9 @@ def resume_note(run: Run) -> str:
     with its newest checkpoint) or not, and why."""
     _, checkpoint, _ = load_newest_checkpoint(run.folder)
     step = checkpoint["run"]["step"]
-    memory, reason = load_memory(run.folder / MEMORY_FILE, step, learning_config(checkpoint["config"]))
+    defaults = learning_defaults()
+    config = {**defaults, **learning_config(checkpoint["config"])}
+    memory, reason = load_memory(run.folder / MEMORY_FILE, step, config, defaults)
     if memory is not None:
         return f"resumes at step {step:,} as the same run (its replay memory was saved with the checkpoint)"
     reason = reason or "its replay memory was not saved (--save-memory)"

@@ -83,6 +83,7 @@ class ActorConfig:
     weights_every: int
     td_errors: bool  # compute each transition's TD error (for prioritized replay)
     stack_rule: StackRule = NATURE_STACKS  # how the learner's memory builds stacks (main.stack_rule)
+    clip_rewards: bool = True  # the rewards the memory holds: clipped to their sign, or the game's own
 
 
 @dataclass
@@ -147,7 +148,7 @@ class Actor:
         self.recent = ReplayMemory(
             capacity, STACK_DEPTH, n_step=config.n_step, gamma=config.gamma, seed=seed, stack_rule=config.stack_rule
         )
-        self.player = Player(env, self.recent)
+        self.player = Player(env, self.recent, config.clip_rewards)
         self.played = 0
         self.sent = 0
         self.games: list[tuple[int, GameResult]] = []  # (step, game) of games not sent yet

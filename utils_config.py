@@ -120,6 +120,33 @@ PRESETS: dict[str, dict[str, Any]] = {
         "fire_reset": False,
         "noop_max": 0,
     },
+    # MinAtar's own DQN (Young & Tian 2019): the constants of examples/dqn.py in kenjyoung/MinAtar (commit
+    # 4241f24, 2024-12-19), by line. Adam stands in for its centered RMSProp (line 282) at the same step size,
+    # with the Adam epsilon of Dopamine's MinAtar DQN (dopamine/labs/environments/minatar/dqn_breakout.gin,
+    # lines 20-22, commit 9f616b9). For MinAtar's games (--env MinAtar/Breakout-v1); their frames are agent steps.
+    "minatar": {
+        "steps": 5_000_000,  # NUM_FRAMES (line 40)
+        "memory_size": 100_000,  # REPLAY_BUFFER_SIZE (37)
+        "batch_size": 32,  # BATCH_SIZE (36)
+        "learning_starts": 5_000,  # REPLAY_START_SIZE (42): a uniformly random policy until then (163-165)
+        "train_every": 1,  # TRAINING_FREQ (39)
+        "target_every": 1_000,  # TARGET_NETWORK_UPDATE_FREQ (38)
+        "lr": 2.5e-4,  # STEP_SIZE (44)
+        "adam_eps": 3.125e-4,  # Dopamine's gin, line 22
+        "gamma": 0.99,  # GAMMA (47)
+        "n_step": 1,
+        "loss": "huber",  # smooth_l1_loss (240)
+        "grad_clip": math.inf,  # no clipping
+        "clip_rewards": False,  # the rewards go into the buffer as they are (343)
+        "eps_start": 1.0,  # EPSILON (48)
+        "eps_end": 0.1,  # END_EPSILON (43)
+        "eps_decay_steps": 100_000,  # FIRST_N_FRAMES (41), from the end of the random start (168-171)
+        "eps_decay_start": 5_000,
+        "double": False,
+        "dueling": False,
+        "prioritized": False,
+        "network": "minatar",  # QNetwork (62-87): one 16-channel 3x3 convolution, 128 hidden units
+    },
     # Atari 100k (Kaiser et al. 2020): 100k agent steps, no sticky actions. The recipe is DrQ(eps)
     # (Agarwal et al. 2021) as Dopamine runs it: the values of dopamine/labs/atari_100k/configs/
     # DrQ_eps.gin, and the defaults of the code it names (atari_100k_runner.py, atari_100k_rainbow_agent.py,
@@ -296,6 +323,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="Adam epsilon (PyTorch's and CleanRL's; Dopamine's 1.5e-4 learns Breakout several times slower here)",
     )
     add("--gamma", type=float, default=0.99, help="discount factor")
+    switch(
+        "--clip-rewards",
+        "learn from each reward's sign, -1, 0 or 1 (Mnih et al. 2015); scores are always the game's own",
+        default=True,
+    )
     add("--n-step", type=int, default=1, help="steps of reward in each target (multi-step returns; 1 is Nature DQN)")
     add("--loss", choices=("huber", "mse"), default="huber", help="TD loss: Huber (Nature's error clip) or squared")
     add("--grad-clip", type=float, default=10.0, help="max gradient norm (Stable-Baselines3's; inf turns clipping off)")
@@ -404,6 +436,12 @@ def parse_config(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, 
 def learning_config(options: dict[str, Any]) -> dict[str, Any]:
     """The options that decide what the replay memory holds: all but those a resume may change."""
     return {k: v for k, v in options.items() if k not in RESUMABLE_OPTIONS | {"out", "evaluate", "resume"}}
+
+
+def learning_defaults() -> dict[str, Any]:
+    """The learning options' defaults: the values of options newer than a saved run (each plays as
+    the program did before it)."""
+    return learning_config(vars(build_parser().parse_args([])))
 
 
 def apply_preset(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str] | None) -> None:

@@ -301,6 +301,11 @@ GYM_ENV_NOTE = (
     "a game are Atari's; this environment plays as it is made, and a resumed run starts a new episode"
 )
 
+ATARI_DEFAULTS_NOTE = (
+    "the defaults are Atari's (50,000 random steps, epsilon annealed over 1,000,000 steps, rewards clipped to "
+    "their sign); for MinAtar's games, --preset minatar gives MinAtar's own DQN settings"
+)
+
 
 def make_gym_env(env_id: str, render_mode: str | None = None) -> gym.Env:
     """The gymnasium environment of ``env_id`` (a registered id, 'module:Class' or an EnvSpec in JSON)."""
@@ -501,11 +506,13 @@ class AtariGymEnv(gym.Env):
 
 
 class Player:
-    """Plays the training game with the agent and pushes every step into the replay memory."""
+    """Plays the training game (any game with reset() and step()) with the agent and pushes every step
+    into the replay memory, its reward clipped to its sign (Mnih et al. 2015) unless ``clip_rewards`` is off."""
 
-    def __init__(self, env: AtariEnv | GymEnv, memory: ReplayMemory) -> None:  # any game with reset() and step()
+    def __init__(self, env: AtariEnv | GymEnv, memory: ReplayMemory, clip_rewards: bool = True) -> None:
         self.env = env
         self.memory = memory
+        self.clip_rewards = clip_rewards
         self.stack = FrameStack(memory.stack_depth, memory.frame_shape, memory.stack_rule)
         self.new_game()
 
@@ -519,7 +526,8 @@ class Player:
         """Play one agent step; return the game's raw score and length when it ended, else None."""
         result = self.env.step(action)
         learning_terminal = result.terminated or result.life_lost
-        self.memory.push(self.state[-1], action, np.sign(result.reward), learning_terminal, self.first)
+        reward = np.sign(result.reward) if self.clip_rewards else result.reward
+        self.memory.push(self.state[-1], action, reward, learning_terminal, self.first)
         self.first = False
         self.episode_return += result.reward
         self.episode_length += 1

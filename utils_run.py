@@ -323,9 +323,12 @@ def save_memory(path: Path, memory_state: dict[str, Any], step: int, config: dic
     save_torch(path, {"step": step, "config": config, "memory": memory_state})
 
 
-def load_memory(path: Path, step: int, config: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+def load_memory(
+    path: Path, step: int, config: dict[str, Any], defaults: dict[str, Any]
+) -> tuple[dict[str, Any] | None, str]:
     """The saved replay memory's state if it belongs to the checkpoint at ``step`` of a run with
-    ``config``; otherwise None and why not (empty when there is no saved memory)."""
+    ``config``; otherwise None and why not (empty when there is no saved memory). An option newer
+    than the saved memory counts as its value in ``defaults``, which plays as the program did before it."""
     if not path.exists():
         return None, ""
     try:
@@ -336,7 +339,7 @@ def load_memory(path: Path, step: int, config: dict[str, Any]) -> tuple[dict[str
         return None, f"{path} is not a replay memory of this program"
     if saved["step"] != step:
         return None, f"{path} was saved at step {saved['step']}, not at the checkpoint's step {step}"
-    if saved.get("config") != config:
+    if not isinstance(saved.get("config"), dict) or {**defaults, **saved["config"]} != config:
         return None, f"{path} belongs to a run with other settings"
     return saved["memory"], ""
 

@@ -6,7 +6,7 @@ import pytest
 
 from utils_env import FRAME_SIZE, AtariEnv, EvaluationStopped, Player, evaluate, resolve_env_id
 from utils_memory import ReplayMemory
-from utils_types import NATURE_STACKS, StackRule
+from utils_types import NATURE_STACKS, StackRule, StepResult
 
 
 @pytest.mark.parametrize(
@@ -247,3 +247,26 @@ def test_a_stopped_evaluation_goes_on_from_its_finished_games_as_if_never_stoppe
     assert resumed.scores == straight.scores and resumed.steps == straight.steps
     assert later_acts == acts[finished.steps :]  # the finished games are not played again
     assert rng.bit_generator.state == drawn_after
+
+
+class ScoringEnv:
+    """A one-frame game whose every step scores 5 points and whose fourth step ends it."""
+
+    stack_depth, frame_shape = 1, (8, 8)
+
+    def reset(self) -> np.ndarray:
+        self.steps = 0
+        return np.zeros(self.frame_shape, np.uint8)
+
+    def step(self, action: int) -> StepResult:
+        self.steps += 1
+        return StepResult(np.zeros(self.frame_shape, np.uint8), 5.0, False, self.steps == 4, False)
+
+
+@pytest.mark.parametrize(("clip_rewards", "learned"), [(True, 1.0), (False, 5.0)])
+def test_the_memory_holds_clipped_rewards_unless_told_not_to_and_scores_stay_the_games(clip_rewards, learned):
+    memory = ReplayMemory(16, stack_depth=1, frame_shape=(8, 8))
+    player = Player(ScoringEnv(), memory, clip_rewards)
+    games = [player.step(0) for _ in range(4)]
+    assert memory.rewards[:4].tolist() == [learned] * 4
+    assert games[-1].score == 20.0 and games[-1].length == 4  # the game's own score either way

@@ -362,6 +362,20 @@ def test_a_saved_memory_is_used_only_when_it_belongs_to_the_checkpoint(tmp_path,
     assert f"{memory} cannot be used (AttributeError" in capsys.readouterr().out
 
 
+def test_a_memory_saved_before_an_option_existed_is_used_when_the_option_keeps_its_default(tmp_path, capsys):
+    """A run started before --clip-rewards (its config and memory without it) resumes exactly on a
+    program that has it: the missing option is its default, which plays as the program did."""
+    run = saved_memory_run(tmp_path)
+    memory, checkpoint_path = run / MEMORY_FILE, load_newest_checkpoint(run)[0]
+    for path, part in ((memory, "config"), (checkpoint_path, "config")):
+        saved = torch.load(path, weights_only=True)
+        del saved[part]["clip_rewards"]
+        torch.save(saved, path)
+    capsys.readouterr()
+    assert main.main(["--resume", str(run), "--steps", "260", "--save-memory"]) == 0
+    assert "refilling" not in capsys.readouterr().out
+
+
 def stop_during_evaluation(monkeypatch, evaluation: int, signum: int = signal.SIGINT, steps: int = 30) -> None:
     """Ctrl-C (a real SIGINT to this process, or ``signum``) ``steps`` steps into the process's ``evaluation``-th
     evaluation."""

@@ -40,6 +40,7 @@ def test_a_minatar_game_learns_from_the_command_line(tmp_path, capsys):
     )
     out = capsys.readouterr().out
     assert "Note: no-op starts, FIRE presses, lives, sticky actions (--sticky-actions), the frame limit" in out
+    assert "Note: the defaults are Atari's" in out and "--preset minatar" in out  # none was given
     untrained, trained = scores(run)
     # A uniformly random paddle breaks about half a brick a game (the first games of episodes.csv).
     random_play = read_episodes(run / "episodes.csv")[:50, 1].mean()

@@ -324,6 +324,13 @@ def test_a_preset_sets_its_recipe_and_flags_beside_it_override(tmp_path):
     assert (off.double, off.dueling, off.save_memory) == (False, False, False)
     off = utils_config.options_of(["--preset", "machado", "--no-full-action-space"])
     assert not off.full_action_space and off.sticky_actions == 0.25
+    minatar = utils_config.options_of(["--preset", "minatar", "--env", "MinAtar/Breakout-v1"])
+    assert (minatar.network, minatar.clip_rewards, minatar.eps_decay_steps, minatar.train_every) == (
+        "minatar",
+        False,
+        100_000,
+        1,
+    )
     # Default folders: one per learning variant, so none collide.
     for flags, folder in [
         ([], "runs/Breakout-seed0"),
