@@ -21,11 +21,13 @@ lint: $(VENV)/installed
 install: $(VENV)/installed
 
 # torch 2.13.0 first, unless .venv already has a torch (a GPU build you installed): that
-# release's CPU build is on these machines' disk, and a bare `torch` requirement would
-# otherwise fetch a multi-GB CUDA build.
+# release's CPU build is on this project's machines' disk, and a bare `torch` requirement would
+# otherwise fetch the newest one. Elsewhere pip takes the registry's default build (with CUDA on
+# Linux x86-64, several GB); TORCH_INDEX=URL takes it from that wheel index instead (PyTorch's CPU one).
+TORCH_INDEX ?=
 $(VENV)/installed: requirements.txt pyproject.toml Makefile  # a new module or test tool reinstalls
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/python -m pip install --quiet -r requirements.txt pytest==9.2.0 pytest-xdist==3.8.0 ruff==0.17.6 tensorboard "ray>=2.40" "setuptools>=68" minatar==1.0.15
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .   # the modules and the dqn-* commands
 	touch $@

@@ -46,7 +46,14 @@ import numpy as np
 import torch
 
 import plot
-from utils_config import available_cpus, parse_config, pick_device, threads_option, use_threads
+from utils_config import (
+    available_cpus,
+    keep_freed_memory,
+    parse_config,
+    pick_device,
+    threads_option,
+    use_threads,
+)
 from utils_drl import Agent
 from utils_env import AtariEnv, resolve_env_id
 from utils_memory import PrioritizedReplayMemory, ReplayMemory, SumTree
@@ -774,6 +781,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
 
 
 if __name__ == "__main__":
+    keep_freed_memory()  # as a training run does: the learning step's timings are a run's
     arguments, main_args = parse_args()
     if arguments.learning:
         sys.exit(learning_main(arguments, main_args))

@@ -23,7 +23,10 @@ from typing import Any, NamedTuple
 # barrier by spinning 300,000 times before they sleep. When another process holds a core, the
 # spinning thread takes CPU time from the one it waits for, and a run falls to a third of its speed
 # (see README, "Sharing a machine"); 1,000 spins keep it at half or more, for about 10% alone.
-if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+# Only in a process started to train: imported into someone else's program (dqn.py), this module
+# leaves the process as it found it.
+TRAINING_PROGRAMS = ("main.py", "dqn-train", "bench.py")
+if Path(sys.argv[0]).name in TRAINING_PROGRAMS and not {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"} & os.environ.keys():
     os.environ["GOMP_SPINCOUNT"] = "1000"
 
 import numpy as np
@@ -92,8 +95,6 @@ from utils_run import (
     start_episodes,
 )
 from utils_types import EvalResult, FinishedGames, GameResult, StackRule
-
-keep_freed_memory()  # for every tensor the learning step allocates (see utils_config)
 
 
 @dataclass
@@ -246,6 +247,7 @@ def train(args: argparse.Namespace, checkpoint: dict[str, Any] | None) -> TrainS
     """Train (or continue training) the run that ``parse_config`` set up, holding its folder's
     lock. A failure ends in one line on stderr, with the folder as the last checkpoint left it."""
     out = Path(args.out)
+    keep_freed_memory()  # for every tensor the learning step allocates (see utils_config)
     try:
         with RunLock(out), StopRequest() as stop:
             return run_training(args, checkpoint, stop)

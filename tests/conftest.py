@@ -9,8 +9,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+# The spin count main.py sets in a training process (see there), before torch loads OpenMP.
+if not {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"} & os.environ.keys():
+    os.environ["GOMP_SPINCOUNT"] = "1000"
+
 # isort: off
-import main  # noqa: E402, F401  (first: it sets OpenMP's spin count before torch loads OpenMP)
+import main  # noqa: E402, F401
 import torch  # noqa: E402
 import utils_config  # noqa: E402
 # isort: on

@@ -2,6 +2,7 @@
 train with main.py's flags as arguments, gymnasium's checker and wrappers, and the install."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -150,3 +151,30 @@ def test_the_readme_counts_the_tests_of_this_suite():
     )  # fmt: skip
     cuda, total = re.search(r"(\d+)/(\d+) tests collected", collected.stdout).groups()
     assert f"{total} tests, {cuda} of which need a CUDA GPU" in (ROOT / "README.md").read_text()
+
+
+def test_importing_dqn_leaves_its_host_process_as_it_was(tmp_path):
+    """No OpenMP spin count in the environment, no glibc malloc settings, no torch thread count until
+    the library is asked to train (from a folder of the user's own, with nothing of theirs set)."""
+    code = (
+        "import os, torch, utils_config; calls = []; utils_config.keep_freed_memory = lambda: calls.append(1); "
+        "threads = torch.get_num_threads(); import dqn; "
+        "print(os.environ.get('GOMP_SPINCOUNT'), len(calls), torch.get_num_threads() == threads)"
+    )
+    environment = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    environment["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=environment, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["None", "0", "True"]
+
+
+@pytest.mark.parametrize(("index", "expected"), [(None, ""), ("https://wheels.example/cpu", " --index-url ")])
+def test_make_takes_torch_from_the_wheel_index_a_user_names(index, expected):
+    """``make install TORCH_INDEX=URL`` (the README's way to PyTorch's CPU build) installs torch from
+    that index; without it, from pip's own. Dry runs: nothing is installed."""
+    command = ["make", "-n", "-B", "VENV=/nonexistent/venv", "/nonexistent/venv/installed"]
+    command += [f"TORCH_INDEX={index}"] if index else []
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    torch_line = next(line for line in done.stdout.splitlines() if "torch==2.13.0" in line)
+    assert torch_line.rstrip().endswith("torch==2.13.0" + (expected + index if index else ""))
