@@ -58,11 +58,14 @@ from utils_drl import Agent
 from utils_env import AtariEnv, resolve_env_id
 from utils_memory import PrioritizedReplayMemory, ReplayMemory, SumTree
 from utils_results import (
+    MAIN_JOB,
     SCORE_THRESHOLD,
     SCORE_WINDOW,
     gpu_tables,
     learning_report,
     learning_table,
+    main_job_markdown,
+    main_job_report,
     seeds_table,
 )
 from utils_run import (
@@ -743,6 +746,15 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     parser.add_argument(
         "--gpu-report", type=Path, metavar="JSON", help="only print the GPU check's figures (gpu_check.json) as a table"
     )
+    parser.add_argument(
+        "--main-job",
+        type=Path,
+        nargs="?",
+        const=MAIN_JOB,
+        metavar="FOLDER",
+        help="only print the main job's tables (python main.py on Breakout, 10M steps) from its committed files "
+        "(default folder: %(const)s)",
+    )
     parser.add_argument("--loop", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--loop-steps", type=int, nargs=2, default=(1000, 3000), help=argparse.SUPPRESS)
     learning = parser.add_argument_group(
@@ -785,6 +797,9 @@ if __name__ == "__main__":
     arguments, main_args = parse_args()
     if arguments.learning:
         sys.exit(learning_main(arguments, main_args))
+    if arguments.main_job:
+        print(main_job_markdown(main_job_report(arguments.main_job)))
+        sys.exit(0)
     env_id = resolve_env_id(arguments.env)
     if arguments.loop:
         summary = bench_loop(env_id, False, *arguments.loop_steps, arguments.train_every, arguments.threads)

@@ -809,3 +809,106 @@ def gpu_tables(figures: dict[str, Any]) -> str:
     if "atari100k" in figures:
         tables.append(gpu_table(figures["atari100k"], ATARI100K_GPU_ROWS, "`bench.py --gpu --gpu-parts atari100k`"))
     return "\n\n".join(tables)
+
+
+# --- The main job: python main.py on Breakout, 10M steps ----------------------------------------------------------
+
+MAIN_JOB = ROOT / "results" / "breakout-10m"  # references.csv, stops.csv, and the run's folder Breakout-seed0
+TRAINING_WINDOW = 100  # the training games whose mean stands beside each evaluation
+
+
+def read_csv_rows(path: Path) -> list[dict[str, str]]:
+    """A CSV file's rows, lines starting with # left out."""
+    with open(path, newline="") as source:
+        return list(csv.DictReader(line for line in source if not line.startswith("#")))
+
+
+def main_job_report(folder: Path = MAIN_JOB) -> dict[str, Any]:
+    """The main job as its committed files give it: each evaluation (step, the mean, spread and range of its
+    games) beside the mean of the last TRAINING_WINDOW training games before it, the run's wall time per
+    million steps, its stops and resumes (stops.csv, each with its wall time and steps/s from episodes.csv),
+    and the published references (references.csv)."""
+    run = folder / "Breakout-seed0"
+    config = read_config(run)
+    games = read_episodes(run / EPISODES_FILE)  # step, score, length, epsilon, seconds
+    evaluations = []
+    for _, (step, mean, std, low, high, episodes, _seconds) in read_rewards(run / REWARDS_FILE):
+        before = games[games[:, 0] <= step][-TRAINING_WINDOW:, 1]
+        training = float(before.mean()) if len(before) else math.nan
+        evaluations.append(
+            {"step": int(step), "mean": mean, "std": std, "min": low, "max": high, "games": int(episodes),
+             "training_mean": training, "training_games": len(before)}
+        )  # fmt: skip
+    step = int(games[-1, 0]) if len(games) else 0
+    seconds = float(games[-1, 4]) if len(games) else 0.0
+    recent = games[-TRAINING_WINDOW:, 1]
+
+    def seconds_at(at: int) -> float:
+        played = games[games[:, 0] <= at]
+        return float(played[-1, 4]) if len(played) else 0.0
+
+    stops = []
+    for row in read_csv_rows(folder / "stops.csv"):
+        start, stop = int(row["start_step"]), int(row["stop_step"])
+        wall = seconds_at(stop) - (0.0 if start == 0 else seconds_at(start))
+        stops.append({**row, "start_step": start, "stop_step": stop, "seconds": wall,
+                      "steps_per_second": (stop - start) / wall if wall > 0 else math.nan})  # fmt: skip
+    references = [
+        {**row, "score": float(row["score"]), "spread": float(row["spread"])}
+        for row in read_csv_rows(folder / "references.csv")
+    ]
+    return {
+        "steps": int(config["steps"]),
+        "step": step,
+        "wall_seconds": seconds,
+        "hours_per_million_steps": seconds / 3600 / (step / 1e6) if step else math.nan,
+        "training_mean": float(recent.mean()) if len(recent) else math.nan,
+        "training_games": len(recent),
+        "evaluations": evaluations,
+        "stops": stops,
+        "references": references,
+    }
+
+
+def main_job_markdown(report: dict[str, Any]) -> str:
+    """``main_job_report`` as the tables of docs/results.md: where the run stands beside each reference, its
+    evaluations with the training games' mean, and its stops and resumes."""
+    last = report["evaluations"][-1]
+    lines = [
+        f"Step {report['step']:,} of {report['steps']:,} ({report['wall_seconds'] / 3600:.1f} hours of wall time, "
+        f"{report['hours_per_million_steps']:.1f} hours per million steps on this machine).",
+        "",
+        "| | score | runs | frames | optimizer | evaluation | sticky actions |",
+        "|---|---|---|---|---|---|---|",
+        f"| this run, evaluation at step {last['step']:,} | {last['mean']:.1f} ± {last['std']:.1f} (over its "
+        f"{last['games']} games) | 1 seed | {last['step'] * 4 / 1e6:.1f}M | Adam 1e-4, Huber | {last['games']} games of "
+        "up to 30 minutes, epsilon 0.05, up to 30 no-op frames | none |",
+        f"| this run, training games by step {report['step']:,} | {report['training_mean']:.1f} (the last "
+        f"{report['training_games']}) | 1 seed | {report['step'] * 4 / 1e6:.1f}M | Adam 1e-4, Huber | the training "
+        "games' scores (whole games, epsilon annealed to 0.1 over the first 1M steps) | none |",
+    ]
+    for ref in report["references"]:
+        lines.append(
+            f"| {ref['name']} | {ref['score']:.1f} ± {ref['spread']:.1f} | {ref['runs']} | {ref['frames']} | "
+            f"{ref['optimizer']} | {ref['evaluation']} | {ref['sticky_actions']} |"
+        )
+    lines += [
+        "",
+        f"| step | evaluation: mean ± std [min, max] | mean of the {TRAINING_WINDOW} training games before it |",
+        "|---|---|---|",
+    ]
+    for row in report["evaluations"]:
+        training = f"{row['training_mean']:.1f} ({row['training_games']} games)" if row["training_games"] else "-"
+        lines.append(
+            f"| {row['step']:,} | {row['mean']:.1f} ± {row['std']:.1f} [{row['min']:g}, {row['max']:g}] "
+            f"({row['games']} games) | {training} |"
+        )
+    lines += ["", "| attempt | from step | to step | threads | hours | steps/s | commit | date | note |",
+              "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for stop in report["stops"]:
+        lines.append(
+            f"| {stop['attempt']} | {stop['start_step']:,} | {stop['stop_step']:,} | {stop['threads']} | "
+            f"{stop['seconds'] / 3600:.1f} | {stop['steps_per_second']:.0f} | {stop['commit']} | {stop['date']} | "
+            f"{stop['note']} |"
+        )
+    return "\n".join(lines)

@@ -128,3 +128,39 @@ def test_cleanrl_steps_per_second_are_dated_from_its_sps_lines(tmp_path):
     script.write_text("raise SystemExit('no such env')\n")
     with pytest.raises(RuntimeError, match="no such env"):
         bench.cleanrl_sps(script, None, 20_000, 4_000, 1000)
+
+
+def test_the_docs_show_the_main_jobs_tables_as_its_committed_files_give_them():
+    """docs/results.md's tables of the 10M-step Breakout run are `bench.py --main-job`'s, from the committed files."""
+    text = (ROOT / "docs" / "results.md").read_text()
+    shown = text.split("<!-- bench.py --main-job -->\n", 1)[1].split("\n<!-- end of bench.py --main-job -->", 1)[0]
+    assert shown == utils_results.main_job_markdown(utils_results.main_job_report())
+
+
+def test_the_main_job_report_takes_its_figures_from_the_files(tmp_path):
+    """Hand-made files: each evaluation beside the mean of the 100 training games before it, the wall time of
+    each stretch between stops (from episodes.csv's seconds), and the references as the file gives them."""
+    folder, run = tmp_path / "job", tmp_path / "job" / "Breakout-seed0"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"steps": 1000}))
+    (run / "rewards.txt").write_text("  0        0 1.5 0.5 1.0 2.0 10 5\n  1      500 8.0 2.0 4.0 12.0 10 300\n")
+    games = [(step, step / 100, 50, 0.5, step * 0.5) for step in range(100, 1001, 100)]  # 2 steps a second
+    (run / "episodes.csv").write_text(
+        "step,score,length,epsilon,seconds\n" + "".join(",".join(map(str, game)) + "\n" for game in games)
+    )
+    (folder / "stops.csv").write_text(
+        "# comment\nattempt,start_step,stop_step,threads,commit,date,note\n1,0,400,1,abc,d1,first\n1,400,1000,2,def,d2,\n"
+    )
+    (folder / "references.csv").write_text(
+        "# c\nname,score,spread,runs,frames,optimizer,evaluation,sticky_actions,source\nPaper,10,1,3 seeds,40M,o,e,none,s\n"
+    )
+    report = utils_results.main_job_report(folder)
+    assert report["step"] == 1000 and report["wall_seconds"] == 500.0
+    first, second = report["evaluations"]
+    assert first["training_games"] == 0 and math.isnan(first["training_mean"])  # no game ended before step 0
+    assert (second["step"], second["training_games"], second["training_mean"]) == (500, 5, 3.0)
+    assert [(s["seconds"], s["steps_per_second"]) for s in report["stops"]] == [(200.0, 2.0), (300.0, 2.0)]
+    assert report["training_mean"] == 5.5 and report["references"][0]["score"] == 10.0
+    text = utils_results.main_job_markdown(report)
+    assert "| 500 | 8.0 ± 2.0 [4, 12] (10 games) | 3.0 (5 games) |" in text
+    assert "| Paper | 10.0 ± 1.0 | 3 seeds | 40M | o | e | none |" in text
