@@ -708,7 +708,30 @@ def test_ctrl_c_while_ray_starts_and_an_address_with_no_ray_are_one_line(tmp_pat
 def test_the_readme_shows_the_committed_atari100k_reports():
     """Each results table docs/results.md shows between markers is that committed file (the first
     pipeline's report always), and each report is that of the committed runs (their scores, spreads,
-    steps and wall times; the intervals are resampled here with fewer draws)."""
+    steps and wall times; the intervals are resampled here with fewer draws). The committed reports
+    draw 20,000 bootstrap samples; every interval and null-check frequency the prose quotes is one of
+    theirs, and the claims they once contradicted are gone."""
+    reports = "\n".join(
+        path.read_text() for path in sorted((ROOT / "results").glob("atari100k*/*.md")) if path.name != "README.md"
+    )
+    for path in sorted((ROOT / "results").glob("atari100k*/report.json")):
+        assert json.loads(path.read_text())["bootstrap_samples"] == 20_000, path
+    prose = {name: (ROOT / name).read_text() for name in ("README.md", "docs/results.md", "docs/atari100k-v1.md")}
+    for name, text in prose.items():
+        for figure in re.findall(r"\d\.\d{3}\s\[\d\.\d{3},\s\d\.\d{3}\]", text):
+            figure = " ".join(figure.split())  # as the report writes it, where the prose breaks its line
+            assert figure in reports, f"{name}: {figure} is in no committed report"
+        for frequency in re.findall(r"in (\d+\.\d)% of draws", text):
+            assert f"in {frequency}% of 20,000 draws" in reports, f"{name}: {frequency}% is in no null check"
+        for wrong in (
+            "level with SPR",  # SPR's mean is far above ours
+            "100 different games",  # at most 30 starts
+            "matches DrQ",  # an interval holding 0.5 shows no difference, not a match
+            "we follow its current code",  # the replay memory follows the 2021 code
+            "made with the DrQ authors' code",  # no source says so
+            "is never learned from",  # a terminal step's frame starts the next life's stack
+        ):
+            assert wrong not in text, f"{name}: {wrong}"
     readme = (ROOT / "docs" / "results.md").read_text()
     files = re.findall(r"<!-- (results/[\w/-]+\.md) -->\n", readme)
     assert "results/atari100k-v1/report.md" in files
