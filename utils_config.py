@@ -151,6 +151,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     # (Agarwal et al. 2021) as Dopamine runs it: the values of dopamine/labs/atari_100k/configs/
     # DrQ_eps.gin, and the defaults of the code it names (atari_100k_runner.py, atari_100k_rainbow_agent.py,
     # dopamine/jax/networks.py, dopamine/discrete_domains/atari_lib.py). docs/results.md's table cites each.
+    # That code changed after 2021: the replay memory (stored once per step, n-step windows cut at a terminal),
+    # the longest game and the one evaluation follow its 2021 code (8de9df0); the no-op agent steps, a crop per
+    # image and independent uniform minibatches its current code (5873f54). docs/results.md says which, item by item.
     "atari100k": {
         "steps": 100_000,
         "memory_size": 100_000,  # every step (Dopamine: 1M, "a proxy for unbounded memory")
@@ -174,7 +177,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "prioritized": False,
         "augment": "dopamine",
         "sticky_actions": 0.0,
-        "noop_max": 30,  # 0 to 29 no-op agent steps at each game's start, training and evaluation
+        "noop_max": 30,  # 0 to 29 no-op agent steps at each game's start, training and evaluation (current runner)
         "noop_unit": "steps",
         "fire_reset": False,
         "life_loss_terminal": True,

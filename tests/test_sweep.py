@@ -27,6 +27,13 @@ TINY = [
 ]  # fmt: skip
 
 
+@pytest.fixture(autouse=True)
+def few_bootstrap_draws(monkeypatch):
+    """Reports made here (sweep.py's, whose calls cannot pass samples=) draw 200 bootstrap samples:
+    the committed reports' BOOTSTRAP_SAMPLES (20,000) take minutes each."""
+    monkeypatch.setattr(utils_results, "BOOTSTRAP_SAMPLES", 200)
+
+
 def write_rewards(folder: Path, scores: list[float], every: int = 100, preset: str | None = None) -> None:
     """A finished run: its evaluations every ``every`` steps, and its configuration."""
     folder.mkdir(parents=True)
@@ -77,7 +84,7 @@ def test_report_normalises_by_the_reference_scores_and_aggregates(tmp_path):
     agreeing = utils_results.aggregates({"x": np.array([[0.2, 3.0], [0.2, 3.0], [0.2, 3.0]])}, 300)["x"]
     assert all(entry["interval"] == pytest.approx((entry["value"],) * 2) for entry in agreeing.values())
 
-    text = utils_results.report(tmp_path)
+    text = utils_results.report(tmp_path)  # BOOTSTRAP_SAMPLES, 200 here
     assert "| ours |" in text and "| **Breakout** | mean ± std | **35.0 ± 7.1** | | | |" in text
     assert "| Breakout | 0 | 30.0 | — | 100 | — |" in text  # no spread nor wall time in a 3-column rewards.txt
     assert (tmp_path / "aggregate.png").stat().st_size > 0 and (tmp_path / "report.json").exists()
@@ -106,8 +113,52 @@ def test_an_atari100k_sweep_is_compared_with_the_published_runs(tmp_path):
     assert summary["aggregates"]["DrQ_eps"]["iqm"]["value"] == pytest.approx(
         np.mean(np.sort(normalised.ravel())[150:450])
     )
+    assert summary["null_check"] == {"DER": 0.0, "DrQ_eps": 0.0, "SPR": 0.0}  # no 2 of their runs come near
     text = utils_results.report(tmp_path, samples=200)
     assert "Probability that ours improves on DrQ_eps: 1.000" in text and "| DrQ_eps |" in text
+    iqm = summary["aggregates"]["ours"]["iqm"]["value"]
+    assert (
+        f"Null check, DrQ_eps: the IQM of 2 runs per game drawn from its own published runs reaches ours ({iqm:.3f}) "
+        "in 0.0% of 200 draws" in text
+    )
+
+
+def test_the_null_check_draws_runs_within_each_game_without_replacement():
+    """How often the IQM of k runs per game drawn from an algorithm's own runs reaches a given IQM,
+    against the exact frequency over every choice of k runs per game: drawing across games, with
+    replacement, or counting only what exceeds it (not what reaches it) each gives another number."""
+    import itertools
+
+    from rliable import metrics
+
+    published = np.array([[0.0, 10.0], [1.0, 12.0], [2.0, 13.0], [5.0, 20.0]])  # 4 runs of 2 games apart in scale
+    target = 7.0  # reached exactly by some choices
+    choices = list(itertools.product(itertools.combinations(range(4), 3), repeat=2))
+    exact = np.mean(
+        [metrics.aggregate_iqm(np.stack([published[list(a), 0], published[list(b), 1]], axis=1)) >= target
+         for a, b in choices]
+    )  # fmt: skip
+    assert exact == 0.8125  # above 7: 0.625; with replacement about 0.64; the 8 runs pooled about 0.68
+    frequency = utils_results.null_frequency(published, target, runs=3, draws=20_000)
+    assert frequency == pytest.approx(exact, abs=0.01)
+    assert utils_results.null_frequency(published, target, runs=3, draws=20_000) == frequency  # seeded
+    assert utils_results.null_frequency(published, 100.0, runs=3, draws=500) == 0.0
+    with pytest.raises(ValueError, match="cannot draw 5 of 4"):
+        utils_results.null_frequency(published, target, runs=5, draws=10)
+
+
+def test_the_probability_of_improvement_is_rliables_to_the_last_bit():
+    """The report's counted probability of improvement equals rliable's (scipy's Mann-Whitney U per
+    game), ties and identical columns included, so the committed intervals are rliable's."""
+    from rliable import metrics
+
+    rng = np.random.default_rng(1)
+    for runs_x, runs_y in ((3, 100), (2, 2), (5, 4)):
+        x = rng.integers(0, 4, size=(runs_x, 6)).astype(float)
+        y = rng.integers(0, 4, size=(runs_y, 6)).astype(float)
+        if runs_x == runs_y:
+            y[:, 0] = x[:, 0]  # a game where the two are the same runs: 0.5
+        assert utils_results.probability_of_improvement(x, y) == metrics.probability_of_improvement(x, y)
 
 
 def test_the_report_shows_the_spread_of_each_runs_evaluation_games(tmp_path):
@@ -144,7 +195,9 @@ def test_two_sweeps_side_by_side_as_an_ablation(tmp_path):
     write_rewards(tmp_path / "A" / "Alien-seed0", [0.0, 500.0])  # not in B: in no comparison
     comparison = utils_results.compare(tmp_path / "A", tmp_path / "B", samples=200)
     assert list(comparison["games"]) == ["Boxing", "Pong"]
-    assert comparison["games"]["Pong"] == {"mean": -5.0, "other_mean": -15.0, "seeds": 2, "other_seeds": 2}
+    assert comparison["games"]["Pong"] == {
+        "mean": -5.0, "other_mean": -15.0, "seeds": 2, "other_seeds": 2, "holds_without_any_one_run": True
+    }  # fmt: skip
     assert comparison["aggregate_games"] == ["Boxing", "Pong"]
     # Pong: A's -10 ties B's -10 and beats -20, A's 0 beats both: (0.5 + 1 + 1 + 1) / 4; Boxing: A never wins.
     assert comparison["improvement"]["value"] == pytest.approx((3.5 / 4 + 0.0) / 2)
@@ -156,9 +209,25 @@ def test_two_sweeps_side_by_side_as_an_ablation(tmp_path):
     assert comparison["aggregates"]["A"]["iqm"]["value"] == pytest.approx(np.mean(np.sort(a.ravel())[1:3]))
     assert sweep.main(["--compare", str(tmp_path / "A"), str(tmp_path / "B")]) == 0
     text = (tmp_path / "A" / "versus-B.md").read_text()
-    assert "| Pong | -5.0 | 2 | -15.0 | 2 | +10.0 |" in text and "| A | " in text and "| B | " in text
+    assert "| Pong | -5.0 | 2 | -15.0 | 2 | +10.0 | holds |" in text and "| A | " in text and "| B | " in text
     assert "Probability that a run of A beats one of B: 0.438" in text
     assert json.loads((tmp_path / "A" / "versus-B.json").read_text())["games"]["Boxing"]["other_mean"] == 45.0
+
+
+def test_a_lead_on_a_game_that_rests_on_one_run_is_named():
+    """A lead holds when leaving out any one run of either side keeps its sign; the first pipeline's
+    Freeway (0.0, 23.5, 28.5 against 21.9, 22.3, 26.0) is behind only through its seed that never scored."""
+    assert utils_results.lead_holds([21.9, 22.3, 26.0], [0.0, 23.5, 28.5]) is False
+    assert utils_results.lead_holds([-12.1, -17.1, 19.8], [-19.8, -18.8, -9.9]) is True  # Pong
+    assert utils_results.lead_holds([3.0, 4.0], [1.0, 2.0]) is True
+    assert utils_results.lead_holds([1.0, 3.0], [2.0, 2.0]) is False  # no lead at all
+    assert utils_results.lead_holds([5.0], [1.0, 2.0]) is False  # one run is all it rests on
+    row = utils_results.comparison_markdown(
+        {"sweep": "A", "other": "B", "games": {
+            "Freeway": {"mean": 23.4, "other_mean": 17.3, "seeds": 3, "other_seeds": 3,
+                        "holds_without_any_one_run": False}}}
+    ).splitlines()[-1]  # fmt: skip
+    assert row == "| Freeway | 23.4 | 3 | 17.3 | 3 | +6.1 | rests on one run |"
 
 
 def test_games_behind_in_seeds_wait_outside_the_aggregates(tmp_path):
@@ -639,7 +708,30 @@ def test_ctrl_c_while_ray_starts_and_an_address_with_no_ray_are_one_line(tmp_pat
 def test_the_readme_shows_the_committed_atari100k_reports():
     """Each results table docs/results.md shows between markers is that committed file (the first
     pipeline's report always), and each report is that of the committed runs (their scores, spreads,
-    steps and wall times; the intervals are resampled here with fewer draws)."""
+    steps and wall times; the intervals are resampled here with fewer draws). The committed reports
+    draw 20,000 bootstrap samples; every interval and null-check frequency the prose quotes is one of
+    theirs, and the claims they once contradicted are gone."""
+    reports = "\n".join(
+        path.read_text() for path in sorted((ROOT / "results").glob("atari100k*/*.md")) if path.name != "README.md"
+    )
+    for path in sorted((ROOT / "results").glob("atari100k*/report.json")):
+        assert json.loads(path.read_text())["bootstrap_samples"] == 20_000, path
+    prose = {name: (ROOT / name).read_text() for name in ("README.md", "docs/results.md", "docs/atari100k-v1.md")}
+    for name, text in prose.items():
+        for figure in re.findall(r"\d\.\d{3}\s\[\d\.\d{3},\s\d\.\d{3}\]", text):
+            figure = " ".join(figure.split())  # as the report writes it, where the prose breaks its line
+            assert figure in reports, f"{name}: {figure} is in no committed report"
+        for frequency in re.findall(r"in (\d+\.\d)% of draws", text):
+            assert f"in {frequency}% of 20,000 draws" in reports, f"{name}: {frequency}% is in no null check"
+        for wrong in (
+            "level with SPR",  # SPR's mean is far above ours
+            "100 different games",  # at most 30 starts
+            "matches DrQ",  # an interval holding 0.5 shows no difference, not a match
+            "we follow its current code",  # the replay memory follows the 2021 code
+            "made with the DrQ authors' code",  # no source says so
+            "is never learned from",  # a terminal step's frame starts the next life's stack
+        ):
+            assert wrong not in text, f"{name}: {wrong}"
     readme = (ROOT / "docs" / "results.md").read_text()
     files = re.findall(r"<!-- (results/[\w/-]+\.md) -->\n", readme)
     assert "results/atari100k-v1/report.md" in files
