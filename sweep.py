@@ -181,15 +181,18 @@ def resume_note(run: Run) -> str:
     return f"resumes at step {step:,}, no longer exactly the run it was: {reason}, so main.py refills it"
 
 
-def main_argv(run: Run, state: str, passed: list[str]) -> list[str]:
-    """main.py's command line for ``run``: a new run, or a resume of an interrupted one."""
+def main_argv(run: Run, state: str, passed: list[str], out: Path) -> list[str]:
+    """main.py's command line for ``run``: a new run, or a resume of an interrupted one. Its folder is
+    named as ``out`` (the sweep's --out) names it: main.py runs in the sweep's working folder, and a
+    relative --out keeps the path of this machine out of the run's config.json."""
+    folder = str(out / run.name)
     if state == "interrupted":  # main.py takes the same flags again: each equals its saved value
-        return ["--resume", str(run.folder), *passed]
-    return ["--env", run.game, "--seed", str(run.seed), "--out", str(run.folder), *passed]
+        return ["--resume", folder, *passed]
+    return ["--env", run.game, "--seed", str(run.seed), "--out", folder, *passed]
 
 
-def run_main(argv: list[str], log: Path, stop_file: Path) -> int:
-    """``python main.py argv`` with its output in ``log``. Ctrl-C, or ``stop_file`` appearing (how
+def run_main(argv: list[str], log: Path, stop_file: Path, cwd: Path) -> int:
+    """``python main.py argv`` in the folder ``cwd``, with its output in ``log``. Ctrl-C, or ``stop_file`` appearing (how
     the sweep stops runs on other machines: their folders are shared), is passed on to it as
     SIGINT, so it saves a checkpoint before it stops. A run still queued when the sweep stops
     never starts (Ray would otherwise start it as the stopped runs free their slots)."""
@@ -201,7 +204,7 @@ def run_main(argv: list[str], log: Path, stop_file: Path) -> int:
             [sys.executable, str(PROJECT_DIR / "main.py"), *argv],
             stdout=output,
             stderr=subprocess.STDOUT,
-            cwd=PROJECT_DIR,
+            cwd=cwd,
             start_new_session=True,  # Ctrl-C reaches it through this function, once
             preexec_fn=stop_with_parent,
         )
@@ -251,8 +254,9 @@ def last_step(run: Run) -> int:
 class Executor:
     """Where runs go: Ray tasks (local or a cluster), or this process, one after another."""
 
-    def __init__(self, address: str | None, threads: int, use_ray: bool, stop_file: Path) -> None:
+    def __init__(self, address: str | None, threads: int, use_ray: bool, stop_file: Path, cwd: Path) -> None:
         self.stop_file = stop_file
+        self.cwd = cwd  # where each main.py runs: the sweep's working folder, which its relative paths start from
         stop_file.unlink(missing_ok=True)  # left by an interrupted sweep
         self.ray: Any = None
         self.started_ray = False
@@ -277,10 +281,13 @@ class Executor:
         with concurrent.futures.ThreadPoolExecutor(max_workers=1) as local:
             if self.ray is None:
                 pending = {
-                    local.submit(run_main, argv, run.folder / LOG_FILE, self.stop_file): run for run, argv in jobs
+                    local.submit(run_main, argv, run.folder / LOG_FILE, self.stop_file, self.cwd): run
+                    for run, argv in jobs
                 }
             else:
-                pending = {self.remote.remote(argv, run.folder / LOG_FILE, self.stop_file): run for run, argv in jobs}
+                pending = {
+                    self.remote.remote(argv, run.folder / LOG_FILE, self.stop_file, self.cwd): run for run, argv in jobs
+                }
             try:
                 while pending:
                     for handle in self._ended(list(pending)):
@@ -330,7 +337,7 @@ def log_written_since(run: Run, since: float) -> bool:
 
 
 def sweep(arguments: argparse.Namespace, passed: list[str]) -> int:
-    out = Path(arguments.out).resolve()  # the runs' main.py starts in the project folder, maybe on another node
+    out = Path(arguments.out).resolve()  # for the sweep's own files: a Ray task may run in another folder
     games = expand_envs(arguments.envs)
     check_passed(passed, games[0])
     runs = plan(out, games, arguments.seeds)
@@ -384,14 +391,15 @@ def sweep(arguments: argparse.Namespace, passed: list[str]) -> int:
     with RunLock(out):
         bar = tqdm(total=len(runs), initial=len(done), unit="run", dynamic_ncols=True)
         try:
-            executor = Executor(arguments.ray_address, threads, use_ray, stop_file)
+            executor = Executor(arguments.ray_address, threads, use_ray, stop_file, Path.cwd())
             todo = [run for run in runs if states[run] != "done"]
             for run in todo:
                 if states[run] == "interrupted":
                     tqdm.write(f"{run.name}: {resume_note(run)}")
             while todo:
                 retry: list[Run] = []
-                executor.run_all([(run, main_argv(run, run_state(run, steps), passed)) for run in todo], on_done, bar)
+                jobs = [(run, main_argv(run, run_state(run, steps), passed, Path(arguments.out))) for run in todo]
+                executor.run_all(jobs, on_done, bar)
                 todo = retry
         except KeyboardInterrupt:
             bar.close()

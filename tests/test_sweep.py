@@ -223,6 +223,8 @@ def test_sweep_runs_resumes_retries_and_reports(tmp_path, ray_cluster, capsys, m
             assert [int(row.split()[1]) for row in rows] == [0, 150, 300]
     printed = capsys.readouterr().out
     assert "| ours |" in printed and (out / "aggregate.png").exists()
+    # main.py runs in the sweep's folder and records its --out as the sweep was given it: no path of this machine.
+    assert json.loads((out / "Pong-seed0" / "config.json").read_text())["out"] == "S/Pong-seed0"
 
     # Rerunning skips finished runs, and continues an interrupted one from its checkpoint.
     (out / "Pong-seed1" / "model_002.pt").unlink()
@@ -243,6 +245,7 @@ def test_sweep_runs_resumes_retries_and_reports(tmp_path, ray_cluster, capsys, m
     assert log.count("Run folder:") == 2  # started, then resumed
     assert "Note: the replay memory was not saved with the checkpoint (--save-memory saves it); refilling" in log
     assert (out / "Pong-seed1" / "model_002.pt").exists()
+    assert json.loads((out / "Pong-seed1" / "config.json").read_text())["out"] == "S/Pong-seed1"
 
     # Rerun with other learning flags: refused in one line, not the old runs reported as the new ones.
     before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
@@ -307,8 +310,8 @@ def fake_runs(monkeypatch, outcomes: dict[str, list[str]]) -> list[str]:
     after SIGTERM) or ``short`` (exit 0 with the last evaluation at step 150). Returns the calls."""
     calls: list[str] = []
 
-    def run_main(argv, log, stop_file):
-        folder = Path(argv[argv.index("--out" if "--out" in argv else "--resume") + 1])
+    def run_main(argv, log, stop_file, cwd):
+        folder = cwd / argv[argv.index("--out" if "--out" in argv else "--resume") + 1]  # as main.py sees it
         calls.append(folder.name)
         outcome = outcomes.get(folder.name, ["finish"]).pop(0) if outcomes.get(folder.name) else "finish"
         if outcome == "stopped":
@@ -358,6 +361,17 @@ def test_a_run_stopped_from_outside_is_resumed_and_an_unfinished_one_never_repor
     assert sweep.main(argv) == 0
     assert "1 finished already" in capsys.readouterr().out
     assert sweep.run_state(sweep.Run("Pong", 0, out / "Pong-seed0"), 300) == "done"
+
+
+def test_a_relative_out_gives_runs_relative_folders(tmp_path, monkeypatch):
+    """main.py records its --out in config.json, and run folders get committed (results/): with a relative
+    --out, each run is given its folder relative to where the sweep runs, and runs there."""
+    monkeypatch.chdir(tmp_path)
+    fake_runs(monkeypatch, {})
+    assert sweep.main(["--envs", "Pong", "--seeds", "0", *TINY, "--out", "sweeps/S"]) == 0
+    assert json.loads((tmp_path / "sweeps" / "S" / "Pong-seed0" / "config.json").read_text())["out"] == (
+        "sweeps/S/Pong-seed0"
+    )
 
 
 def test_a_sweep_checks_the_memory_of_the_runs_that_go_at_once(tmp_path, monkeypatch, capsys):
@@ -496,7 +510,7 @@ def test_a_run_queued_when_the_sweep_stops_never_starts(tmp_path):
     stop_file = tmp_path / sweep.STOP_FILE
     stop_file.touch()
     log = tmp_path / "Pong-seed0" / sweep.LOG_FILE
-    assert sweep.run_main(["--env", "Pong"], log, stop_file) == 130
+    assert sweep.run_main(["--env", "Pong"], log, stop_file, tmp_path) == 130
     assert not log.exists()
 
 
