@@ -50,9 +50,11 @@ from utils_config import (
     options_of,
     parse_config,
     program,
+    saved_options,
+    settings_differences,
 )
 from utils_config import build_parser as main_parser
-from utils_env import game_name, is_atari, resolve_env_id
+from utils_env import game_name, is_atari, resolve_env_id, saved_env_id
 from utils_results import ReportError, collect, report, write_comparison
 from utils_run import (
     EPISODES_FILE,
@@ -156,17 +158,13 @@ def settings_mismatch(run: Run, passed: list[str]) -> str | None:
         saved = read_config(run.folder)
     except (RunLogError, CheckpointError, OSError):
         return None
-    defaults = vars(main_parser().parse_args([]))  # for options newer than the run
-    asked = vars(options_of(["--env", run.game, "--seed", str(run.seed), *passed]))
-    ran = {**defaults, **saved}
-    with contextlib.suppress(ValueError):
-        asked["env"], ran["env"] = resolve_env_id(asked["env"]), resolve_env_id(str(ran["env"]))
-    mine, theirs = learning_config(asked), learning_config(ran)
-    differing = [name for name in sorted(mine) if name != "preset" and mine[name] != theirs.get(name)]
-    if not differing:
+    if not isinstance(saved, dict):
         return None
-    shown = [f"--{name.replace('_', '-')} {theirs.get(name)!r}, not {mine[name]!r}" for name in differing[:3]]
-    return "; ".join(shown) + (f"; and {len(differing) - 3} more" if len(differing) > 3 else "")
+    asked = vars(options_of(["--env", run.game, "--seed", str(run.seed), *passed]))
+    ran = saved_options(saved)
+    # The saved env is named, never imported: a folder could ship the module its 'module:Class' names.
+    asked["env"], ran["env"] = saved_env_id(asked["env"]), saved_env_id(str(ran["env"]))
+    return settings_differences(learning_config(ran), learning_config(asked))
 
 
 def resume_note(run: Run) -> str:

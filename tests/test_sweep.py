@@ -496,12 +496,83 @@ def test_the_progress_bar_names_the_runs_under_way_not_the_queued_ones(tmp_path)
     assert sweep.progress_text(runs, submitted - 120) == "Pong-seed0 1,600, Breakout-seed0 64,684"
 
 
-def test_a_report_marks_runs_at_different_steps(tmp_path):
-    for seed, step in ((0, 300), (1, 500)):
-        write_rewards(tmp_path / f"Pong-seed{seed}", [-21.0, -10.0], every=step)
-    summary = utils_results.summarize(tmp_path, samples=100)
-    assert summary["games"]["Pong"]["last_step"] == {0: 300, 1: 500}
-    assert "different steps (300, 500)" in " ".join(summary["notes"])
+def test_a_report_never_averages_runs_of_other_settings_as_seeds(tmp_path, capsys):
+    """Runs of another preset, --steps or environment flag than the most runs' are no more seeds of the same
+    experiment: --report and --compare leave them out, named with the settings that differ (those a rerun of the
+    sweep compares: utils_config.learning_config, and --steps)."""
+
+    def run(sweep_name: str, name: str, scores: list[float], *flags: str) -> None:
+        write_rewards(tmp_path / sweep_name / name, scores, every=100)
+        options = options_of(["--env", name.rpartition("-seed")[0], "--steps", str(100 * (len(scores) - 1)), *flags])
+        (tmp_path / sweep_name / name / "config.json").write_text(json.dumps(vars(options)))
+
+    for sweep_name in ("A", "B"):
+        for seed in (0, 1, 2):
+            run(sweep_name, f"Pong-seed{seed}", [-21.0, -10.0 - seed])
+        run(sweep_name, "Breakout-seed0", [0.0, 9.0])
+    run("A", "Pong-seed3", [-21.0, 20.0], "--preset", "atari100k")
+    run("A", "Pong-seed4", [-21.0, -21.0, 20.0])
+    run("A", "Breakout-seed1", [0.0, 90.0], "--sticky-actions", "0.25")
+    summary = utils_results.summarize(tmp_path / "A", samples=50)
+    assert summary["games"]["Pong"]["last_score"] == {0: -10.0, 1: -11.0, 2: -12.0}
+    assert summary["games"]["Breakout"]["last_score"] == {0: 9.0}
+    left_out = summary["left_out"]
+    assert sorted(left_out) == ["Breakout-seed1", "Pong-seed3", "Pong-seed4"]
+    assert left_out["Breakout-seed1"] == "other settings than the 4 runs reported (--sticky-actions 0.25, not 0.0)"
+    assert left_out["Pong-seed4"] == "other settings than the 4 runs reported (--steps 200, not 100)"
+    assert left_out["Pong-seed3"].startswith("other settings than the 4 runs reported (--adam-eps 0.00015, not ")
+    assert left_out["Pong-seed3"].endswith(" more)")
+
+    assert sweep.main(["--compare", str(tmp_path / "A"), str(tmp_path / "B")]) == 0
+    printed = capsys.readouterr().out
+    assert "| Pong | -11.0 | 3 | -11.0 | 3 | +0.0 |" in printed and "| Breakout | 9.0 | 1 | 9.0 | 1 | +0.0 |" in printed
+    assert "Left out A/Pong-seed4: other settings than the 4 runs reported (--steps 200, not 100)" in printed
+
+
+def test_a_report_imports_nothing_a_results_folder_names(tmp_path, monkeypatch, capsys):
+    """A run's saved env may be a 'module:Class', and sweep.py has the project folder on sys.path, where a
+    results folder can ship that module: --report, --compare and a rerun of the sweep name the run's game from
+    its config.json without importing anything."""
+    monkeypatch.syspath_prepend(str(tmp_path))  # as the project folder is for sweep.py
+    marker = tmp_path / "imported"
+    (tmp_path / "evilmod.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).touch()\nthing = 1\n")
+
+    def evil_run(folder: Path) -> None:
+        write_rewards(folder, [-21.0, -3.0], every=300)
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, "env": "evilmod:thing"}))
+
+    for sweep_name in ("A", "B"):
+        write_rewards(tmp_path / sweep_name / "Pong-seed0", [-21.0, -5.0], every=300)
+        evil_run(tmp_path / sweep_name / "Pong-seed1")
+    assert sweep.main(["--report", str(tmp_path / "A")]) == 0
+    assert not marker.exists()
+    assert "Left out Pong-seed1: its run played 'evilmod:thing', not an Atari game" in capsys.readouterr().out
+    assert sweep.main(["--compare", str(tmp_path / "A"), str(tmp_path / "B")]) == 0
+    assert not marker.exists()
+    evil_run(tmp_path / "C" / "Pong-seed0")  # finished: a rerun compares its settings with the command's
+    fake_runs(monkeypatch, {})
+    assert sweep.main(["--envs", "Pong", "--seeds", "0", *TINY, "--out", str(tmp_path / "C")]) == 2
+    assert not marker.exists()
+    assert "(--env 'evilmod:thing', not 'ALE/Pong-v5'; " in capsys.readouterr().err
+
+
+def test_a_report_leaves_out_a_run_whose_files_cannot_be_read(tmp_path):
+    """A config.json nested 100,000 deep (Python's JSON parser recurses per level) and a rewards.txt that is a
+    folder cost their own runs, with the reason, not the whole report."""
+    write_rewards(tmp_path / "Pong-seed0", [-21.0, -5.0])
+    write_rewards(tmp_path / "Pong-seed1", [-21.0, -3.0])
+    config = tmp_path / "Pong-seed1" / "config.json"
+    config.write_text('{"env": "Pong", "steps": 100, "preset": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    (tmp_path / "Pong-seed2" / "rewards.txt").mkdir(parents=True)
+    summary = utils_results.summarize(tmp_path, samples=50)
+    assert summary["games"]["Pong"]["last_score"] == {0: -5.0}
+    assert summary["left_out"] == {
+        "Pong-seed1": f"its configuration (config.json) cannot be read: {config}: nested too deeply to be a run's "
+        "configuration",
+        "Pong-seed2": f"cannot read {tmp_path / 'Pong-seed2' / 'rewards.txt'}: Is a directory",
+    }
+    assert sweep.main(["--report", str(tmp_path)]) == 0
 
 
 def test_a_run_queued_when_the_sweep_stops_never_starts(tmp_path):
