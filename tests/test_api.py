@@ -150,3 +150,13 @@ def test_the_readme_counts_the_tests_of_this_suite():
     )  # fmt: skip
     cuda, total = re.search(r"(\d+)/(\d+) tests collected", collected.stdout).groups()
     assert f"{total} tests, {cuda} of which need a CUDA GPU" in (ROOT / "README.md").read_text()
+
+
+def test_the_suites_time_is_the_readmes_alone():
+    """The suite's size and time are given once, in the README's Tests section (docs/tests.md gave other figures),
+    and its quick start rounds that section's times to whole minutes."""
+    readme = (ROOT / "README.md").read_text()
+    fastest, slowest = re.search(r"nothing else training: (\d+) min (\d+) s to (\d+) min (\d+) s", readme).groups()[::2]
+    assert f"# the test suite, {fastest} to {int(slowest) + 1} minutes on 2 CPU cores" in readme
+    tests_doc = (ROOT / "docs" / "tests.md").read_text()
+    assert not re.search(r"\d+ tests|\d+ min \d+ s", tests_doc)

@@ -212,6 +212,30 @@ def test_the_figure_sets_each_game_beside_the_published_runs_and_aggregates_the_
     ]  # fmt: skip
 
 
+def test_every_label_of_the_figure_is_inside_it(tmp_path):
+    """The report's figure of six games (their curves with bands from 8-column rewards.txt files, as the committed
+    Atari 100k report's): no panel's title or axis label reaches past the figure's edge (the first panel's y label
+    was cut at the top)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    for game in ("Alien", "Boxing", "Breakout", "Freeway", "KungFuMaster", "Pong"):
+        folder = tmp_path / f"{game}-seed0"
+        write_rewards(folder, [0.0, 0.0], every=100_000, preset="atari100k")
+        (folder / "rewards.txt").write_text(
+            "  0        0 1.0 1.0 0.0 5.0 100 60\n  1   100000 9.0 3.0 2.0 20.0 100 9000\n"
+        )
+    drawing = utils_results.figure(tmp_path, utils_results.summarize(tmp_path, samples=20))
+    canvas = FigureCanvasAgg(drawing)
+    canvas.draw()
+    edge = drawing.bbox
+    for panel in (panel for panel in drawing.axes if panel.get_visible()):
+        for label in (label for label in (panel.title, panel.xaxis.label, panel.yaxis.label) if label.get_text()):
+            extent = label.get_window_extent(canvas.get_renderer())
+            assert edge.x0 <= extent.x0 and extent.x1 <= edge.x1 and edge.y0 <= extent.y0 and extent.y1 <= edge.y1, (
+                label.get_text()
+            )
+
+
 def test_sweep_runs_resumes_retries_and_reports(tmp_path, ray_cluster, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a relative --out is the caller's folder, not main.py's (the project)
     out = tmp_path / "S"
