@@ -217,10 +217,10 @@ def collect(out: Path, left_out: dict[str, str] | None = None) -> dict[str, dict
 def run_settings(config: dict[str, Any]) -> dict[str, Any]:
     """What makes runs seeds of one experiment: the settings of a run's saved configuration that decide
     its learning (utils_config.learning_config, as the sweep compares a rerun's) and its --steps, all
-    but its game and seed."""
+    but its game and seed, and its preset's name (the settings a preset gives are compared one by one)."""
     options = saved_options(config)
     settings = {**learning_config(options), "steps": options["steps"]}
-    return {name: value for name, value in settings.items() if name not in ("env", "seed")}
+    return {name: value for name, value in settings.items() if name not in ("env", "seed", "preset")}
 
 
 def summarize(out: Path, samples: int = BOOTSTRAP_SAMPLES) -> dict[str, Any]:

@@ -537,20 +537,23 @@ def test_a_report_never_averages_runs_of_other_settings_as_seeds(tmp_path, capsy
     run("A", "Pong-seed3", [-21.0, 20.0], "--preset", "atari100k")
     run("A", "Pong-seed4", [-21.0, -21.0, 20.0])
     run("A", "Breakout-seed1", [0.0, 90.0], "--sticky-actions", "0.25")
+    run("A", "Pong-seed5", [-21.0, -9.0])  # the settings of the others under a preset's name: the same experiment
+    config = json.loads((tmp_path / "A" / "Pong-seed5" / "config.json").read_text())
+    (tmp_path / "A" / "Pong-seed5" / "config.json").write_text(json.dumps({**config, "preset": "my-recipe"}))
     summary = utils_results.summarize(tmp_path / "A", samples=50)
-    assert summary["games"]["Pong"]["last_score"] == {0: -10.0, 1: -11.0, 2: -12.0}
+    assert summary["games"]["Pong"]["last_score"] == {0: -10.0, 1: -11.0, 2: -12.0, 5: -9.0}
     assert summary["games"]["Breakout"]["last_score"] == {0: 9.0}
     left_out = summary["left_out"]
     assert sorted(left_out) == ["Breakout-seed1", "Pong-seed3", "Pong-seed4"]
-    assert left_out["Breakout-seed1"] == "other settings than the 4 runs reported (--sticky-actions 0.25, not 0.0)"
-    assert left_out["Pong-seed4"] == "other settings than the 4 runs reported (--steps 200, not 100)"
-    assert left_out["Pong-seed3"].startswith("other settings than the 4 runs reported (--adam-eps 0.00015, not ")
+    assert left_out["Breakout-seed1"] == "other settings than the 5 runs reported (--sticky-actions 0.25, not 0.0)"
+    assert left_out["Pong-seed4"] == "other settings than the 5 runs reported (--steps 200, not 100)"
+    assert left_out["Pong-seed3"].startswith("other settings than the 5 runs reported (--adam-eps 0.00015, not ")
     assert left_out["Pong-seed3"].endswith(" more)")
 
     assert sweep.main(["--compare", str(tmp_path / "A"), str(tmp_path / "B")]) == 0
     printed = capsys.readouterr().out
-    assert "| Pong | -11.0 | 3 | -11.0 | 3 | +0.0 |" in printed and "| Breakout | 9.0 | 1 | 9.0 | 1 | +0.0 |" in printed
-    assert "Left out A/Pong-seed4: other settings than the 4 runs reported (--steps 200, not 100)" in printed
+    assert "| Pong | -10.5 | 4 | -11.0 | 3 | +0.5 |" in printed and "| Breakout | 9.0 | 1 | 9.0 | 1 | +0.0 |" in printed
+    assert "Left out A/Pong-seed4: other settings than the 5 runs reported (--steps 200, not 100)" in printed
 
 
 def test_a_report_imports_nothing_a_results_folder_names(tmp_path, monkeypatch, capsys):
