@@ -23,6 +23,9 @@ from matplotlib.ticker import EngFormatter
 
 from utils_run import EPISODES_FILE, REWARDS_FILE, RunLogError, read_episodes, read_rewards, write_atomically
 
+RAW_DOT_SIZE = 3.0  # points across: 5 pixels at draw's 120 dpi
+RAW_DOT_ALPHA = 0.6
+
 
 class PlotError(Exception):
     """Bad input, reported as one line on stderr with exit status 2."""
@@ -129,8 +132,11 @@ def draw_on(axes: Any, curves: list[Curve], title: str | None = None, band: bool
     banded = False
     for curve in curves:
         if curve.raw is not None:
-            (line,) = axes.plot(curve.steps, curve.scores, linewidth=1.5, label=curve.label)
-            axes.plot(curve.steps, curve.raw, ".", markersize=3, color=line.get_color(), alpha=0.3)
+            (line,) = axes.plot(curve.steps, curve.scores, linewidth=2, label=curve.label, zorder=3)
+            # Each game as a dot under the line: light enough for thousands to show their density, dark enough
+            # for one alone to be seen.
+            axes.plot(curve.steps, curve.raw, "o", markersize=RAW_DOT_SIZE, markeredgewidth=0, color=line.get_color(),
+                      alpha=RAW_DOT_ALPHA)  # fmt: skip
             continue
         (line,) = axes.plot(curve.steps, curve.scores, marker="o", markersize=3, label=curve.label)
         # One game per evaluation (or games all alike) gives min = max: no band to draw or to announce.
@@ -138,10 +144,11 @@ def draw_on(axes: Any, curves: list[Curve], title: str | None = None, band: bool
             axes.fill_between(curve.steps, curve.low, curve.high, color=line.get_color(), alpha=0.2, linewidth=0)
             banded = True
     axes.set_xlabel("training steps (agent steps, 4 frames each)")
+    # The key in brackets on a line of its own: in one line it outgrew the short panels of a sweep's figure.
     if any(curve.raw is not None for curve in curves):
-        axes.set_ylabel(f"training game score (line: mean of last {window})")
+        axes.set_ylabel(f"training game score\n(line: mean of last {window})")
     else:
-        axes.set_ylabel("evaluation score" + (" (mean, band: min to max)" if banded else " (mean)"))
+        axes.set_ylabel("evaluation score\n" + ("(mean, band: min to max)" if banded else "(mean)"))
     axes.xaxis.set_major_formatter(EngFormatter())  # 2.5 M rather than an offset like 1e7
     axes.grid(alpha=0.3)
     axes.legend()

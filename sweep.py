@@ -51,9 +51,11 @@ from utils_config import (
     options_of,
     parse_config,
     program,
+    saved_options,
+    settings_differences,
 )
 from utils_config import build_parser as main_parser
-from utils_env import game_name, is_atari, resolve_env_id
+from utils_env import game_name, is_atari, resolve_env_id, saved_env_id
 from utils_results import ReportError, collect, report, write_comparison
 from utils_run import (
     EPISODES_FILE,
@@ -157,17 +159,13 @@ def settings_mismatch(run: Run, passed: list[str]) -> str | None:
         saved = read_config(run.folder)
     except (RunLogError, CheckpointError, OSError):
         return None
-    defaults = vars(main_parser().parse_args([]))  # for options newer than the run
-    asked = vars(options_of(["--env", run.game, "--seed", str(run.seed), *passed]))
-    ran = {**defaults, **saved}
-    with contextlib.suppress(ValueError):
-        asked["env"], ran["env"] = resolve_env_id(asked["env"]), resolve_env_id(str(ran["env"]))
-    mine, theirs = learning_config(asked), learning_config(ran)
-    differing = [name for name in sorted(mine) if name != "preset" and mine[name] != theirs.get(name)]
-    if not differing:
+    if not isinstance(saved, dict):
         return None
-    shown = [f"--{name.replace('_', '-')} {theirs.get(name)!r}, not {mine[name]!r}" for name in differing[:3]]
-    return "; ".join(shown) + (f"; and {len(differing) - 3} more" if len(differing) > 3 else "")
+    asked = vars(options_of(["--env", run.game, "--seed", str(run.seed), *passed]))
+    ran = saved_options(saved)
+    # The saved env is named, never imported: a folder could ship the module its 'module:Class' names.
+    asked["env"], ran["env"] = saved_env_id(asked["env"]), saved_env_id(str(ran["env"]))
+    return settings_differences(learning_config(ran), learning_config(asked))
 
 
 def resume_note(run: Run) -> str:
@@ -184,15 +182,18 @@ def resume_note(run: Run) -> str:
     return f"resumes at step {step:,}, no longer exactly the run it was: {reason}, so main.py refills it"
 
 
-def main_argv(run: Run, state: str, passed: list[str]) -> list[str]:
-    """main.py's command line for ``run``: a new run, or a resume of an interrupted one."""
+def main_argv(run: Run, state: str, passed: list[str], out: Path) -> list[str]:
+    """main.py's command line for ``run``: a new run, or a resume of an interrupted one. Its folder is
+    named as ``out`` (the sweep's --out) names it: main.py runs in the sweep's working folder, and a
+    relative --out keeps the path of this machine out of the run's config.json."""
+    folder = str(out / run.name)
     if state == "interrupted":  # main.py takes the same flags again: each equals its saved value
-        return ["--resume", str(run.folder), *passed]
-    return ["--env", run.game, "--seed", str(run.seed), "--out", str(run.folder), *passed]
+        return ["--resume", folder, *passed]
+    return ["--env", run.game, "--seed", str(run.seed), "--out", folder, *passed]
 
 
-def run_main(argv: list[str], log: Path, stop_file: Path) -> int:
-    """``python main.py argv`` with its output in ``log``. Ctrl-C, or ``stop_file`` appearing (how
+def run_main(argv: list[str], log: Path, stop_file: Path, cwd: Path) -> int:
+    """``python main.py argv`` in the folder ``cwd``, with its output in ``log``. Ctrl-C, or ``stop_file`` appearing (how
     the sweep stops runs on other machines: their folders are shared), is passed on to it as
     SIGINT, so it saves a checkpoint before it stops. A run still queued when the sweep stops
     never starts (Ray would otherwise start it as the stopped runs free their slots)."""
@@ -204,7 +205,7 @@ def run_main(argv: list[str], log: Path, stop_file: Path) -> int:
             [sys.executable, str(PROJECT_DIR / "main.py"), *argv],
             stdout=output,
             stderr=subprocess.STDOUT,
-            cwd=PROJECT_DIR,
+            cwd=cwd,
             start_new_session=True,  # Ctrl-C reaches it through this function, once
             preexec_fn=stop_with_parent,
         )
@@ -254,8 +255,9 @@ def last_step(run: Run) -> int:
 class Executor:
     """Where runs go: Ray tasks (local or a cluster), or this process, one after another."""
 
-    def __init__(self, address: str | None, threads: int, use_ray: bool, stop_file: Path) -> None:
+    def __init__(self, address: str | None, threads: int, use_ray: bool, stop_file: Path, cwd: Path) -> None:
         self.stop_file = stop_file
+        self.cwd = cwd  # where each main.py runs: the sweep's working folder, which its relative paths start from
         stop_file.unlink(missing_ok=True)  # left by an interrupted sweep
         self.ray: Any = None
         self.started_ray = False
@@ -280,10 +282,13 @@ class Executor:
         with concurrent.futures.ThreadPoolExecutor(max_workers=1) as local:
             if self.ray is None:
                 pending = {
-                    local.submit(run_main, argv, run.folder / LOG_FILE, self.stop_file): run for run, argv in jobs
+                    local.submit(run_main, argv, run.folder / LOG_FILE, self.stop_file, self.cwd): run
+                    for run, argv in jobs
                 }
             else:
-                pending = {self.remote.remote(argv, run.folder / LOG_FILE, self.stop_file): run for run, argv in jobs}
+                pending = {
+                    self.remote.remote(argv, run.folder / LOG_FILE, self.stop_file, self.cwd): run for run, argv in jobs
+                }
             try:
                 while pending:
                     for handle in self._ended(list(pending)):
@@ -333,7 +338,7 @@ def log_written_since(run: Run, since: float) -> bool:
 
 
 def sweep(arguments: argparse.Namespace, passed: list[str]) -> int:
-    out = Path(arguments.out).resolve()  # the runs' main.py starts in the project folder, maybe on another node
+    out = Path(arguments.out).resolve()  # for the sweep's own files: a Ray task may run in another folder
     games = expand_envs(arguments.envs)
     check_passed(passed, games[0])
     runs = plan(out, games, arguments.seeds)
@@ -387,14 +392,15 @@ def sweep(arguments: argparse.Namespace, passed: list[str]) -> int:
     with RunLock(out):
         bar = tqdm(total=len(runs), initial=len(done), unit="run", dynamic_ncols=True)
         try:
-            executor = Executor(arguments.ray_address, threads, use_ray, stop_file)
+            executor = Executor(arguments.ray_address, threads, use_ray, stop_file, Path.cwd())
             todo = [run for run in runs if states[run] != "done"]
             for run in todo:
                 if states[run] == "interrupted":
                     tqdm.write(f"{run.name}: {resume_note(run)}")
             while todo:
                 retry: list[Run] = []
-                executor.run_all([(run, main_argv(run, run_state(run, steps), passed)) for run in todo], on_done, bar)
+                jobs = [(run, main_argv(run, run_state(run, steps), passed, Path(arguments.out))) for run in todo]
+                executor.run_all(jobs, on_done, bar)
                 todo = retry
         except KeyboardInterrupt:
             bar.close()

@@ -441,10 +441,26 @@ def learning_config(options: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in options.items() if k not in RESUMABLE_OPTIONS | {"out", "evaluate", "resume"}}
 
 
+def saved_options(saved: dict[str, Any]) -> dict[str, Any]:
+    """A run's saved configuration, with main.py's defaults for the options newer than the run."""
+    return {**vars(build_parser().parse_args([])), **saved}
+
+
+def settings_differences(theirs: dict[str, Any], mine: dict[str, Any]) -> str | None:
+    """How the settings ``theirs`` differ from ``mine`` (learning_config's, say), as flags: '--lr 0.001, not
+    0.0001; ...' (the first three, and how many more), or None where they agree. A preset's name is left out:
+    the settings it gives are compared one by one."""
+    differing = [name for name in sorted(mine) if name != "preset" and mine[name] != theirs.get(name)]
+    if not differing:
+        return None
+    shown = [f"--{name.replace('_', '-')} {theirs.get(name)!r}, not {mine[name]!r}" for name in differing[:3]]
+    return "; ".join(shown) + (f"; and {len(differing) - 3} more" if len(differing) > 3 else "")
+
+
 def learning_defaults() -> dict[str, Any]:
     """The learning options' defaults: the values of options newer than a saved run (each plays as
     the program did before it)."""
-    return learning_config(vars(build_parser().parse_args([])))
+    return learning_config(saved_options({}))
 
 
 def apply_preset(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str] | None) -> None:

@@ -72,12 +72,9 @@ def resolve_env_id(name: str) -> str:
 
     Raises ValueError with close matches for an unknown name.
     """
-    if name in gym.registry and name.startswith("ALE/"):
-        return name
-    games = {_squash(game_name(i)): i for i in _ale_ids()}
-    key = _squash(name.removeprefix("ALE/").removesuffix("-v5"))
-    if key in games:
-        return games[key]
+    atari = atari_id(name)
+    if atari is not None:
+        return atari
     if name.startswith("{"):
         try:
             EnvSpec.from_json(name)
@@ -95,17 +92,37 @@ def resolve_env_id(name: str) -> str:
         return name
     register_plugin_envs()
     if name in gym.registry:
-        legacy_game = (
-            gym.registry[name].kwargs.get("game") if gym.registry[name].entry_point == ALE_ENTRY_POINT else None
-        )
-        # BreakoutNoFrameskip-v4 and the like: the same game, with this program's Atari preprocessing and flags
-        return games.get(_squash(legacy_game), name) if legacy_game else name
+        return atari_id(name) or name  # an ALE id a plugin registered is that game too
+    games = {_squash(game_name(i)): i for i in _ale_ids()}
+    key = _squash(name.removeprefix("ALE/").removesuffix("-v5"))
     close = difflib.get_close_matches(key, games, n=3, cutoff=0.6)
     hints = [game_name(games[c]) for c in close] + difflib.get_close_matches(name, list(gym.registry), n=3)
     raise ValueError(
         f"unknown environment {name!r}: not an Atari game, a registered gymnasium id, or module:Class"
         + (f"; did you mean {', '.join(hints)}?" if hints else " (Atari games: Breakout, Pong, ...)")
     )
+
+
+def atari_id(name: str) -> str | None:
+    """The registered ALE id of an Atari game's name or id ('Breakout', 'space_invaders', 'ALE/Breakout-v5', ALE's
+    older 'BreakoutNoFrameskip-v4': the same game, played as this module plays it), None for any other name. It
+    only looks names up in gymnasium's registry: nothing ``name`` names is imported or run."""
+    if name in gym.registry and name.startswith("ALE/"):
+        return name
+    games = {_squash(game_name(i)): i for i in _ale_ids()}
+    key = _squash(name.removeprefix("ALE/").removesuffix("-v5"))
+    if key in games:
+        return games[key]
+    spec = gym.registry.get(name)
+    legacy_game = spec.kwargs.get("game") if spec is not None and spec.entry_point == ALE_ENTRY_POINT else None
+    return games.get(_squash(legacy_game)) if legacy_game else None
+
+
+def saved_env_id(env: str) -> str:
+    """A saved configuration's ``env`` for reports and sweeps, which read folders others may hand over: an Atari
+    game as ``resolve_env_id`` names it, anything else as it is, an opaque label (a 'module:Class' is never
+    imported, a spec in JSON never made). A report reads numbers: no file in a results folder may run code."""
+    return atari_id(env) or env
 
 
 @functools.cache

@@ -19,12 +19,14 @@ from matplotlib.figure import Figure
 
 import plot
 from utils_apex import first_line
-from utils_env import game_name, resolve_env_id
+from utils_config import learning_config, saved_options, settings_differences
+from utils_env import game_name, is_atari, saved_env_id
 from utils_run import (
     EPISODES_FILE,
     REWARDS_FILE,
     CheckpointError,
     RunLogError,
+    describe_os_error,
     read_config,
     read_episodes,
     read_rewards,
@@ -166,14 +168,16 @@ class Evaluation(NamedTuple):
 
 def collect(out: Path, left_out: dict[str, str] | None = None) -> dict[str, dict[int, list[Evaluation]]]:
     """Game -> seed -> the run's evaluations, from every finished run folder in ``out``. A run whose
-    rewards.txt does not parse, whose configuration (config.json: its game and --steps) cannot be
-    read, whose game is not the one its folder is named for, or whose last evaluation comes before
-    its --steps (still running, stopped or failed) is left out, with the reason in ``left_out``: a
-    result is only ever a finished run's, under its own game."""
+    rewards.txt cannot be read or does not parse, whose configuration (config.json: its game, --steps and
+    other settings) cannot be read, whose game is not the one its folder is named for, whose last evaluation
+    comes before its --steps (still running, stopped or failed), or whose settings are not those of the most
+    runs (not seeds of the same experiment) is left out, with the reason in ``left_out``: a result is only
+    ever a finished run's, under its own game, beside runs of its own settings. Nothing a run's files name
+    is imported or run."""
     if not out.is_dir():
         raise ReportError(f"{out} is not a folder of a sweep")
     left_out = {} if left_out is None else left_out
-    results: dict[str, dict[int, list[Evaluation]]] = {}
+    finished: dict[str, tuple[str, int, dict[str, Any], list[Evaluation]]] = {}  # folder: game, seed, settings, ...
     for folder in sorted(path for path in out.iterdir() if (path / "rewards.txt").exists()):
         game, separator, seed = folder.name.rpartition("-seed")
         if not separator or not seed.isdigit():
@@ -188,28 +192,62 @@ def collect(out: Path, left_out: dict[str, str] | None = None) -> dict[str, dict
         except RunLogError as error:
             left_out[folder.name] = str(error)
             continue
+        except OSError as error:  # a folder in its place, or a file it may not read
+            left_out[folder.name] = f"cannot read {describe_os_error(error)}"
+            continue
         try:
             config = read_config(folder)
-            steps, env = config["steps"], resolve_env_id(str(config["env"]))
+            steps, env = config["steps"], config["env"]
             if not isinstance(steps, int) or isinstance(steps, bool) or steps <= 0:
                 raise ValueError(f"--steps {steps!r}")
+            if not isinstance(env, str):
+                raise ValueError(f"--env of type {type(env).__name__}")
+            settings = run_settings(config)
         except (RunLogError, CheckpointError, OSError, KeyError, TypeError, ValueError, AttributeError) as error:
             left_out[folder.name] = f"its configuration (config.json) cannot be read: {first_line(error)}"
             continue
-        if game_name(env) != game:
-            left_out[folder.name] = f"the folder is named for {game}, but its run played {game_name(env)}"
+        played = saved_env_id(env)
+        if not is_atari(played):
+            left_out[folder.name] = f"its run played {played[:80]!r}, not an Atari game"
+            continue
+        if game_name(played) != game:
+            left_out[folder.name] = f"the folder is named for {game}, but its run played {game_name(played)}"
             continue
         last = int(rows[-1][1][0]) if rows else -1
         if last < steps:
             left_out[folder.name] = f"unfinished: evaluated at step {max(last, 0):,} of its --steps {steps:,}"
             continue
-        results.setdefault(game, {})[int(seed)] = [
+        finished[folder.name] = (game, int(seed), settings, [
             Evaluation(int(values[0]), values[1], values[6], *values[2:5])
             if len(values) == 7
             else Evaluation(int(values[0]), values[1], *[math.nan] * 4)  # 3-column files
             for _, values in rows
-        ]
+        ])  # fmt: skip
+    groups: list[list[str]] = []  # the runs of each settings, in folder order
+    for name, (_, _, settings, _) in finished.items():
+        group = next((group for group in groups if finished[group[0]][2] == settings), None)
+        if group is None:
+            groups.append([name])
+        else:
+            group.append(name)
+    common = max(groups, key=len, default=[])  # the first of the largest
+    results: dict[str, dict[int, list[Evaluation]]] = {}
+    for name, (game, seed, settings, evaluations) in finished.items():
+        if name in common:
+            results.setdefault(game, {})[seed] = evaluations
+        else:
+            differences = settings_differences(settings, finished[common[0]][2])
+            left_out[name] = f"other settings than the {plural(len(common), 'run')} reported ({differences})"
     return results
+
+
+def run_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """What makes runs seeds of one experiment: the settings of a run's saved configuration that decide
+    its learning (utils_config.learning_config, as the sweep compares a rerun's) and its --steps, all
+    but its game and seed, and its preset's name (the settings a preset gives are compared one by one)."""
+    options = saved_options(config)
+    settings = {**learning_config(options), "steps": options["steps"]}
+    return {name: value for name, value in settings.items() if name not in ("env", "seed", "preset")}
 
 
 def summarize(out: Path, samples: int | None = None) -> dict[str, Any]:
@@ -260,12 +298,6 @@ def summarize(out: Path, samples: int | None = None) -> dict[str, Any]:
         "confidence": CONFIDENCE,
         "notes": [],
     }
-    final_steps = sorted({step for entry in games.values() for step in entry["last_step"].values()})
-    if len(final_steps) > 1:
-        summary["notes"].append(
-            f"the runs were last evaluated at different steps ({', '.join(f'{step:,}' for step in final_steps)}), "
-            "so their scores measure different amounts of training"
-        )
     # The bootstrap resamples runs within each game, so the aggregates take the games with the most
     # finished seeds; a game still behind joins them once it has as many.
     seeds_of = {game: len(values) for game, values in normalised.items()}
@@ -405,6 +437,13 @@ def compare(out: Path, other: Path, samples: int | None = None) -> dict[str, Any
         for game in shared
     }
     comparison: dict[str, Any] = {"sweep": out.name, "other": other.name, "games": games}
+    left_out = {
+        f"{sweep.name}/{run}": reason
+        for sweep, summary in ((out, mine), (other, theirs))
+        for run, reason in summary["left_out"].items()
+    }
+    if left_out:  # runs of other settings than their sweep's, unfinished or broken: named, as in each report
+        comparison["left_out"] = left_out
     together = [game for game in mine.get("aggregate_games", []) if game in theirs.get("aggregate_games", [])]
     if together:
         matrices = {
@@ -461,6 +500,8 @@ def comparison_markdown(comparison: dict[str, Any]) -> str:
         low, high = comparison["improvement"]["interval"]
         value = comparison["improvement"]["value"]
         lines.append(f"\nProbability that a run of {out} beats one of {other}: {value:.3f} [{low:.3f}, {high:.3f}]")
+    for run, reason in comparison.get("left_out", {}).items():
+        lines += ["", f"Left out {run}: {reason}"]
     return "\n".join(lines)
 
 

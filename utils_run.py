@@ -205,6 +205,8 @@ def read_config(run: Path) -> dict[str, Any]:
             return json.loads(path.read_text())
         except ValueError as error:
             raise RunLogError(f"{path}: not JSON ({error})") from None
+        except RecursionError:  # Python's parser recurses once per level: a file nested 100,000 deep
+            raise RunLogError(f"{path}: nested too deeply to be a run's configuration") from None
     return load_newest_checkpoint(run)[1]["config"]
 
 

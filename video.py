@@ -33,6 +33,7 @@ FRAME_FILE = re.compile(r"(\d+)\.png", re.IGNORECASE)
 VIDEO_SUFFIXES = (".mp4", ".gif")
 RUN_MARKERS = ("rewards.txt", "model_*.pt")
 FPS_RANGE = (0.1, 1000.0)  # one frame per 10 s to 1000 a second; anything else is a typo, not a video
+GAME_SPEED_FPS = 15.0  # a frame is an agent step, 4 emulator frames of the Atari's 60 a second: the game's own speed
 
 
 class VideoError(Exception):
@@ -51,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
             "  python video.py runs/Pong-seed0/eval_003             # writes runs/Pong-seed0/eval_003.mp4\n"
             "  python video.py runs/Pong-seed0 -o videos            # videos/eval_000.mp4, eval_001.mp4, ...\n"
             "  python video.py runs/Pong-seed0 --concat -o all.mp4  # every evaluation, one after the other\n"
-            "  python video.py runs/Pong-seed0/eval_003 -o pong.gif --fps 15"
+            "  python video.py runs/Pong-seed0/eval_003 -o pong.gif --fps 30  # twice the game's speed"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -73,9 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--fps",
         type=frames_per_second,
-        default=30.0,
-        help="frames per second, 0.1 to 1000 (default: 30); one frame is one agent step of 4 emulator frames at 60 "
-        "Hz, so 15 is the game's real speed. GIFs store durations in 1/100 s, and browsers slow GIFs above 50 fps",
+        default=GAME_SPEED_FPS,
+        help=f"frames per second, 0.1 to 1000 (default: {GAME_SPEED_FPS:g}, the game's real speed: one frame is one "
+        "agent step of 4 emulator frames at 60 Hz). GIFs store durations in 1/100 s, and browsers slow GIFs above 50 fps",
     )
     parser.add_argument(
         "--concat", action="store_true", help="write all folders, in the order given, into one video: -o FILE"

@@ -178,3 +178,13 @@ def test_make_takes_torch_from_the_wheel_index_a_user_names(index, expected):
     assert done.returncode == 0, done.stderr
     torch_line = next(line for line in done.stdout.splitlines() if "torch==2.13.0" in line)
     assert torch_line.rstrip().endswith("torch==2.13.0" + (expected + index if index else ""))
+
+
+def test_the_suites_time_is_the_readmes_alone():
+    """The suite's size and time are given once, in the README's Tests section (docs/tests.md gave other figures),
+    and its quick start rounds that section's times to whole minutes."""
+    readme = (ROOT / "README.md").read_text()
+    fastest, slowest = re.search(r"nothing else training: (\d+) min (\d+) s to (\d+) min (\d+) s", readme).groups()[::2]
+    assert f"# the test suite, {fastest} to {int(slowest) + 1} minutes on 2 CPU cores" in readme
+    tests_doc = (ROOT / "docs" / "tests.md").read_text()
+    assert not re.search(r"\d+ tests|\d+ min \d+ s", tests_doc)

@@ -1,6 +1,7 @@
 """The agent and network: schedules, acting, TD targets by hand, learning steps, checkpoints."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -9,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from utils_drl import AUGMENTATIONS, Agent, Augmentation, linear_schedule, shift_frames
-from utils_model import QNetwork, smallest_input
+from utils_model import NETWORKS, QNetwork, smallest_input
 from utils_run import CheckpointError, load_checkpoint, save_checkpoint
 from utils_types import Batch
 
@@ -343,3 +344,10 @@ def test_bad_checkpoints_raise_one_clear_error(tmp_path):
 def whole(agent: Agent) -> dict:
     """A checkpoint's parts, around ``agent``."""
     return {"config": {}, "run": {"step": 0}, "agent": agent.state_dict()}
+
+
+def test_the_design_counts_the_network_variants():
+    """docs/design.md said two variants when --network had three."""
+    design = (Path(__file__).resolve().parent.parent / "docs" / "design.md").read_text()
+    count = {2: "two", 3: "three", 4: "four", 5: "five"}[len(NETWORKS)]
+    assert f"{count} variants from one class (`--network`)" in design

@@ -163,6 +163,27 @@ def test_no_band_is_announced_where_every_minimum_equals_its_maximum(tmp_path):
     run.mkdir()
     (run / "rewards.txt").write_text("  0        0 -21.0 0.0 -21.0 -21.0 1 5\n  1   250000 -15.0 0.0 -15.0 -15.0 1 9\n")
     axes = plot.draw([plot.read_curve(run / "rewards.txt")]).axes[0]
-    assert axes.get_ylabel() == "evaluation score (mean)" and not axes.collections
+    assert axes.get_ylabel() == "evaluation score\n(mean)" and not axes.collections
     axes = plot.draw([plot.read_curve(write_rewards(tmp_path / "banded", 8) / "rewards.txt")]).axes[0]
-    assert axes.get_ylabel() == "evaluation score (mean, band: min to max)" and len(axes.collections) == 1
+    assert axes.get_ylabel() == "evaluation score\n(mean, band: min to max)" and len(axes.collections) == 1
+
+
+def test_each_training_game_shows_as_a_dot(tmp_path):
+    """plot.py --train: a game alone, away from the line, is a dot drawn at least half as strong as its run's colour
+    and a few pixels across (they were 30% strong and about 2 pixels: nearly invisible)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.colors import to_rgb
+
+    games = np.array([[step, 100.0 * (i % 2)] for i, step in enumerate(range(1000, 21000, 1000))])
+    curve = plot.Curve("run", games[:, 0], np.full(len(games), 50.0), None, None, raw=games[:, 1])
+    figure = plot.draw([curve], window=100)
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
+    pixels = np.asarray(canvas.buffer_rgba())[..., :3] / 255.0
+    axes = figure.axes[0]
+    colour = np.array(to_rgb(axes.get_lines()[0].get_color()))
+    strength = ((1 - pixels) / (1 - colour)).min(axis=2)  # 0 on white, 1 in the colour itself, channel by channel
+    for x, y in axes.transData.transform(games[:, :2]):
+        row, column = round(figure.bbox.height - y), round(x)
+        around = strength[row - 4 : row + 5, column - 4 : column + 5]
+        assert (around >= 0.5).sum() >= 9  # at least 3 pixels by 3

@@ -281,6 +281,30 @@ def test_the_figure_sets_each_game_beside_the_published_runs_and_aggregates_the_
     ]  # fmt: skip
 
 
+def test_every_label_of_the_figure_is_inside_it(tmp_path):
+    """The report's figure of six games (their curves with bands from 8-column rewards.txt files, as the committed
+    Atari 100k report's): no panel's title or axis label reaches past the figure's edge (the first panel's y label
+    was cut at the top)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    for game in ("Alien", "Boxing", "Breakout", "Freeway", "KungFuMaster", "Pong"):
+        folder = tmp_path / f"{game}-seed0"
+        write_rewards(folder, [0.0, 0.0], every=100_000, preset="atari100k")
+        (folder / "rewards.txt").write_text(
+            "  0        0 1.0 1.0 0.0 5.0 100 60\n  1   100000 9.0 3.0 2.0 20.0 100 9000\n"
+        )
+    drawing = utils_results.figure(tmp_path, utils_results.summarize(tmp_path, samples=20))
+    canvas = FigureCanvasAgg(drawing)
+    canvas.draw()
+    edge = drawing.bbox
+    for panel in (panel for panel in drawing.axes if panel.get_visible()):
+        for label in (label for label in (panel.title, panel.xaxis.label, panel.yaxis.label) if label.get_text()):
+            extent = label.get_window_extent(canvas.get_renderer())
+            assert edge.x0 <= extent.x0 and extent.x1 <= edge.x1 and edge.y0 <= extent.y0 and extent.y1 <= edge.y1, (
+                label.get_text()
+            )
+
+
 def test_sweep_runs_resumes_retries_and_reports(tmp_path, ray_cluster, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a relative --out is the caller's folder, not main.py's (the project)
     out = tmp_path / "S"
@@ -292,6 +316,8 @@ def test_sweep_runs_resumes_retries_and_reports(tmp_path, ray_cluster, capsys, m
             assert [int(row.split()[1]) for row in rows] == [0, 150, 300]
     printed = capsys.readouterr().out
     assert "| ours |" in printed and (out / "aggregate.png").exists()
+    # main.py runs in the sweep's folder and records its --out as the sweep was given it: no path of this machine.
+    assert json.loads((out / "Pong-seed0" / "config.json").read_text())["out"] == "S/Pong-seed0"
 
     # Rerunning skips finished runs, and continues an interrupted one from its checkpoint.
     (out / "Pong-seed1" / "model_002.pt").unlink()
@@ -312,6 +338,7 @@ def test_sweep_runs_resumes_retries_and_reports(tmp_path, ray_cluster, capsys, m
     assert log.count("Run folder:") == 2  # started, then resumed
     assert "Note: the replay memory was not saved with the checkpoint (--save-memory saves it); refilling" in log
     assert (out / "Pong-seed1" / "model_002.pt").exists()
+    assert json.loads((out / "Pong-seed1" / "config.json").read_text())["out"] == "S/Pong-seed1"
 
     # Rerun with other learning flags: refused in one line, not the old runs reported as the new ones.
     before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
@@ -376,8 +403,8 @@ def fake_runs(monkeypatch, outcomes: dict[str, list[str]]) -> list[str]:
     after SIGTERM) or ``short`` (exit 0 with the last evaluation at step 150). Returns the calls."""
     calls: list[str] = []
 
-    def run_main(argv, log, stop_file):
-        folder = Path(argv[argv.index("--out" if "--out" in argv else "--resume") + 1])
+    def run_main(argv, log, stop_file, cwd):
+        folder = cwd / argv[argv.index("--out" if "--out" in argv else "--resume") + 1]  # as main.py sees it
         calls.append(folder.name)
         outcome = outcomes.get(folder.name, ["finish"]).pop(0) if outcomes.get(folder.name) else "finish"
         if outcome == "stopped":
@@ -427,6 +454,17 @@ def test_a_run_stopped_from_outside_is_resumed_and_an_unfinished_one_never_repor
     assert sweep.main(argv) == 0
     assert "1 finished already" in capsys.readouterr().out
     assert sweep.run_state(sweep.Run("Pong", 0, out / "Pong-seed0"), 300) == "done"
+
+
+def test_a_relative_out_gives_runs_relative_folders(tmp_path, monkeypatch):
+    """main.py records its --out in config.json, and run folders get committed (results/): with a relative
+    --out, each run is given its folder relative to where the sweep runs, and runs there."""
+    monkeypatch.chdir(tmp_path)
+    fake_runs(monkeypatch, {})
+    assert sweep.main(["--envs", "Pong", "--seeds", "0", *TINY, "--out", "sweeps/S"]) == 0
+    assert json.loads((tmp_path / "sweeps" / "S" / "Pong-seed0" / "config.json").read_text())["out"] == (
+        "sweeps/S/Pong-seed0"
+    )
 
 
 def test_a_sweep_checks_the_memory_of_the_runs_that_go_at_once(tmp_path, monkeypatch, capsys):
@@ -551,12 +589,86 @@ def test_the_progress_bar_names_the_runs_under_way_not_the_queued_ones(tmp_path)
     assert sweep.progress_text(runs, submitted - 120) == "Pong-seed0 1,600, Breakout-seed0 64,684"
 
 
-def test_a_report_marks_runs_at_different_steps(tmp_path):
-    for seed, step in ((0, 300), (1, 500)):
-        write_rewards(tmp_path / f"Pong-seed{seed}", [-21.0, -10.0], every=step)
-    summary = utils_results.summarize(tmp_path, samples=100)
-    assert summary["games"]["Pong"]["last_step"] == {0: 300, 1: 500}
-    assert "different steps (300, 500)" in " ".join(summary["notes"])
+def test_a_report_never_averages_runs_of_other_settings_as_seeds(tmp_path, capsys):
+    """Runs of another preset, --steps or environment flag than the most runs' are no more seeds of the same
+    experiment: --report and --compare leave them out, named with the settings that differ (those a rerun of the
+    sweep compares: utils_config.learning_config, and --steps)."""
+
+    def run(sweep_name: str, name: str, scores: list[float], *flags: str) -> None:
+        write_rewards(tmp_path / sweep_name / name, scores, every=100)
+        options = options_of(["--env", name.rpartition("-seed")[0], "--steps", str(100 * (len(scores) - 1)), *flags])
+        (tmp_path / sweep_name / name / "config.json").write_text(json.dumps(vars(options)))
+
+    for sweep_name in ("A", "B"):
+        for seed in (0, 1, 2):
+            run(sweep_name, f"Pong-seed{seed}", [-21.0, -10.0 - seed])
+        run(sweep_name, "Breakout-seed0", [0.0, 9.0])
+    run("A", "Pong-seed3", [-21.0, 20.0], "--preset", "atari100k")
+    run("A", "Pong-seed4", [-21.0, -21.0, 20.0])
+    run("A", "Breakout-seed1", [0.0, 90.0], "--sticky-actions", "0.25")
+    run("A", "Pong-seed5", [-21.0, -9.0])  # the settings of the others under a preset's name: the same experiment
+    config = json.loads((tmp_path / "A" / "Pong-seed5" / "config.json").read_text())
+    (tmp_path / "A" / "Pong-seed5" / "config.json").write_text(json.dumps({**config, "preset": "my-recipe"}))
+    summary = utils_results.summarize(tmp_path / "A", samples=50)
+    assert summary["games"]["Pong"]["last_score"] == {0: -10.0, 1: -11.0, 2: -12.0, 5: -9.0}
+    assert summary["games"]["Breakout"]["last_score"] == {0: 9.0}
+    left_out = summary["left_out"]
+    assert sorted(left_out) == ["Breakout-seed1", "Pong-seed3", "Pong-seed4"]
+    assert left_out["Breakout-seed1"] == "other settings than the 5 runs reported (--sticky-actions 0.25, not 0.0)"
+    assert left_out["Pong-seed4"] == "other settings than the 5 runs reported (--steps 200, not 100)"
+    assert left_out["Pong-seed3"].startswith("other settings than the 5 runs reported (--adam-eps 0.00015, not ")
+    assert left_out["Pong-seed3"].endswith(" more)")
+
+    assert sweep.main(["--compare", str(tmp_path / "A"), str(tmp_path / "B")]) == 0
+    printed = capsys.readouterr().out
+    assert "| Pong | -10.5 | 4 | -11.0 | 3 | +0.5 |" in printed and "| Breakout | 9.0 | 1 | 9.0 | 1 | +0.0 |" in printed
+    assert "Left out A/Pong-seed4: other settings than the 5 runs reported (--steps 200, not 100)" in printed
+
+
+def test_a_report_imports_nothing_a_results_folder_names(tmp_path, monkeypatch, capsys):
+    """A run's saved env may be a 'module:Class', and sweep.py has the project folder on sys.path, where a
+    results folder can ship that module: --report, --compare and a rerun of the sweep name the run's game from
+    its config.json without importing anything."""
+    monkeypatch.syspath_prepend(str(tmp_path))  # as the project folder is for sweep.py
+    marker = tmp_path / "imported"
+    (tmp_path / "evilmod.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).touch()\nthing = 1\n")
+
+    def evil_run(folder: Path) -> None:
+        write_rewards(folder, [-21.0, -3.0], every=300)
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, "env": "evilmod:thing"}))
+
+    for sweep_name in ("A", "B"):
+        write_rewards(tmp_path / sweep_name / "Pong-seed0", [-21.0, -5.0], every=300)
+        evil_run(tmp_path / sweep_name / "Pong-seed1")
+    assert sweep.main(["--report", str(tmp_path / "A")]) == 0
+    assert not marker.exists()
+    assert "Left out Pong-seed1: its run played 'evilmod:thing', not an Atari game" in capsys.readouterr().out
+    assert sweep.main(["--compare", str(tmp_path / "A"), str(tmp_path / "B")]) == 0
+    assert not marker.exists()
+    evil_run(tmp_path / "C" / "Pong-seed0")  # finished: a rerun compares its settings with the command's
+    fake_runs(monkeypatch, {})
+    assert sweep.main(["--envs", "Pong", "--seeds", "0", *TINY, "--out", str(tmp_path / "C")]) == 2
+    assert not marker.exists()
+    assert "(--env 'evilmod:thing', not 'ALE/Pong-v5'; " in capsys.readouterr().err
+
+
+def test_a_report_leaves_out_a_run_whose_files_cannot_be_read(tmp_path):
+    """A config.json nested 100,000 deep (Python's JSON parser recurses per level) and a rewards.txt that is a
+    folder cost their own runs, with the reason, not the whole report."""
+    write_rewards(tmp_path / "Pong-seed0", [-21.0, -5.0])
+    write_rewards(tmp_path / "Pong-seed1", [-21.0, -3.0])
+    config = tmp_path / "Pong-seed1" / "config.json"
+    config.write_text('{"env": "Pong", "steps": 100, "preset": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    (tmp_path / "Pong-seed2" / "rewards.txt").mkdir(parents=True)
+    summary = utils_results.summarize(tmp_path, samples=50)
+    assert summary["games"]["Pong"]["last_score"] == {0: -5.0}
+    assert summary["left_out"] == {
+        "Pong-seed1": f"its configuration (config.json) cannot be read: {config}: nested too deeply to be a run's "
+        "configuration",
+        "Pong-seed2": f"cannot read {tmp_path / 'Pong-seed2' / 'rewards.txt'}: Is a directory",
+    }
+    assert sweep.main(["--report", str(tmp_path)]) == 0
 
 
 def test_a_run_queued_when_the_sweep_stops_never_starts(tmp_path):
@@ -565,7 +677,7 @@ def test_a_run_queued_when_the_sweep_stops_never_starts(tmp_path):
     stop_file = tmp_path / sweep.STOP_FILE
     stop_file.touch()
     log = tmp_path / "Pong-seed0" / sweep.LOG_FILE
-    assert sweep.run_main(["--env", "Pong"], log, stop_file) == 130
+    assert sweep.run_main(["--env", "Pong"], log, stop_file, tmp_path) == 130
     assert not log.exists()
 
 
@@ -744,3 +856,19 @@ def test_the_readme_shows_the_committed_atari100k_reports():
                 "\n\n"
             )[0]
             assert games_table in shown
+
+
+def test_no_committed_file_holds_a_path_of_the_machine_it_was_made_on():
+    """Run folders record their --out (config.json), and committed ones held /work/main/results/...; a script fetched
+    CleanRL from a mirror of one machine unless told otherwise. Nothing under results/ or scripts/ names an absolute
+    path of a machine (/tmp, every machine's scratch, aside), but the GPU check's captured logs (*.log), kept as the
+    programs printed them."""
+    machine_path = re.compile(r"(?<![\w.~/])/(?:work|root|home|Users|opt|mnt|scratch|srv|data)/")
+    found = [
+        f"{path.relative_to(ROOT)}: {match.group()}"
+        for folder in ("results", "scripts")
+        for path in sorted((ROOT / folder).rglob("*"))
+        if path.is_file() and path.suffix not in (".log", ".png")
+        for match in machine_path.finditer(path.read_text())
+    ]
+    assert not found

@@ -73,13 +73,27 @@ def test_a_gif_plays_at_its_fps(tmp_path):
     frame truncated to 6, 11% fast) or 2.1 (rounded to 7)."""
     frames = make_frames(tmp_path / "eval_000", 30)
     assert video.main([str(frames), "-o", str(tmp_path / "clip.gif"), "--fps", "15"]) == 0
-    with Image.open(tmp_path / "clip.gif") as gif:
+    durations = gif_durations(tmp_path / "clip.gif")
+    assert sum(durations) == 2000 and set(durations) == {60, 70}
+    assert video.gif_durations(3, 20) == [50, 50, 50] and sum(video.gif_durations(7, 30)) == 230
+
+
+def gif_durations(path: Path) -> list[int]:
+    """Each frame's display time in ms, as the GIF stores it."""
+    with Image.open(path) as gif:
         durations = []
         for index in range(gif.n_frames):
             gif.seek(index)
             durations.append(gif.info["duration"])
-    assert sum(durations) == 2000 and set(durations) == {60, 70}
-    assert video.gif_durations(3, 20) == [50, 50, 50] and sum(video.gif_durations(7, 30)) == 230
+    return durations
+
+
+def test_a_video_plays_at_the_games_own_speed_unless_told(tmp_path):
+    """One frame is one agent step, 4 emulator frames at 60 Hz: 15 frames a second is the game's speed (the
+    default was 30, twice it). 30 agent steps last 2 s."""
+    frames = make_frames(tmp_path / "eval_000", 30)
+    assert video.main([str(frames), "-o", str(tmp_path / "clip.gif")]) == 0
+    assert sum(gif_durations(tmp_path / "clip.gif")) == 2000
 
 
 def test_frames_are_in_numeric_order(tmp_path):
