@@ -28,6 +28,7 @@ import concurrent.futures
 import contextlib
 import ctypes
 import io
+import os
 import re
 import signal
 import subprocess
@@ -66,6 +67,7 @@ from utils_run import (
     read_config,
     read_episodes,
     read_rewards,
+    refuse_links,
 )
 
 PROJECT_DIR = Path(__file__).resolve().parent
@@ -196,7 +198,9 @@ def run_main(argv: list[str], log: Path, stop_file: Path) -> int:
     if stop_file.exists():
         return 130  # stopped, like a run stopped by Ctrl-C
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "a") as output:
+    # O_NOFOLLOW: never append to a file elsewhere through a link planted at the log's name
+    descriptor = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    with open(descriptor, "a") as output:
         process = subprocess.Popen(
             [sys.executable, str(PROJECT_DIR / "main.py"), *argv],
             stdout=output,
@@ -334,6 +338,8 @@ def sweep(arguments: argparse.Namespace, passed: list[str]) -> int:
     games = expand_envs(arguments.envs)
     check_passed(passed, games[0])
     runs = plan(out, games, arguments.seeds)
+    for folder in [out, *(run.folder for run in runs)]:  # before a run starts: each main.py checks only its own
+        refuse_links(folder)
     steps = int(options_of(passed).steps)  # --preset atari100k sets 100,000
     threads = threads_of(passed)
     if arguments.ray_address is None:  # the runs that go at once here: their memories together

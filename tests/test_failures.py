@@ -533,22 +533,70 @@ def test_bad_run_folders_and_leftovers(small_run, tmp_path, capsys):
     assert line == f"main.py: error: --out {afile / 'run'}: {afile} is a file, not a folder"
 
     run = copy_run(small_run, tmp_path / "run")
-    (run / ".model_003.tmp.pt").write_bytes(b"half")
+    (run / ".model_003.tmp.pt").write_bytes(b"half")  # the temporary names of versions before
+    (run / ".model_004.0f3a9c2e.tmp.pt").write_bytes(b"half")  # and of this one
+    (run / ".rewards.tmp.txt").symlink_to(tmp_path / "nowhere")  # a dangling link at one: removed, never followed
     (run / "eval_003.partial").mkdir()
     (run / "eval_003.partial" / "000000.png").write_bytes(b"half")
     assert main.main(["--resume", str(run), "--steps", "250"]) == 0
     assert not (run / ".model_003.tmp.pt").exists() and not (run / "eval_003.partial").exists()
+    assert not (run / ".model_004.0f3a9c2e.tmp.pt").exists() and not (run / ".rewards.tmp.txt").is_symlink()
+    assert not (tmp_path / "nowhere").exists()
 
     # --out naming a folder of the user's: their own temporary-looking files are theirs, and stay.
     theirs = tmp_path / "theirs"
     (theirs / "eval_old.partial").mkdir(parents=True)
-    for name in (".draft.tmp.md", ".vimrc.tmp", ".model_003.tmp.pt.bak"):
+    mine = (".draft.tmp.md", ".vimrc.tmp", ".model_003.tmp.pt.bak", ".notes.0f3a9c2e.tmp.md")
+    for name in mine:
         (theirs / name).write_text("mine")
     assert main.main([*TINY, "--steps", "120", "--eval-every", "120", "--out", str(theirs)]) == 0
     assert (theirs / "eval_old.partial").is_dir()
-    assert all(
-        (theirs / name).read_text() == "mine" for name in (".draft.tmp.md", ".vimrc.tmp", ".model_003.tmp.pt.bak")
+    assert all((theirs / name).read_text() == "mine" for name in mine)
+
+
+def test_write_atomically_never_writes_through_a_link(tmp_path):
+    """A link planted at the temporary name of versions before (.report.tmp.md aimed at a site-packages
+    .pth file became code every Python start ran) or at the file's own name: the target stays as it was,
+    and the file is written in the folder, under a temporary name no one could foresee."""
+    outside = tmp_path / "outside.pth"
+    outside.write_text("precious")
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    (folder / ".report.tmp.md").symlink_to(outside)
+    (folder / "report.md").symlink_to(outside)
+    used = []
+    write_atomically(folder / "report.md", lambda temporary: (used.append(temporary), temporary.write_text("new")))
+    assert outside.read_text() == "precious"
+    assert not (folder / "report.md").is_symlink() and (folder / "report.md").read_text() == "new"
+    assert re.fullmatch(r"\.report\.[0-9a-f]{8}\.tmp\.md", used[0].name) and used[0].parent == folder
+    (folder / ".rewards.tmp.txt").symlink_to(outside)
+    write_atomically(folder / "rewards.txt", b"0 0 1.0\n")
+    assert outside.read_text() == "precious" and (folder / "rewards.txt").read_text() == "0 0 1.0\n"
+    assert sorted(path.name for path in folder.iterdir()) == [
+        ".report.tmp.md",
+        ".rewards.tmp.txt",
+        "report.md",
+        "rewards.txt",
+    ]
+
+
+@pytest.mark.parametrize("name", [LOCK_FILE, "rewards.txt", "memory.pt", "main.log", "tensorboard", "eval_003"])
+def test_a_link_at_a_name_the_run_writes_is_refused(small_run, tmp_path, capsys, name):
+    """The lock was opened and truncated through a link; the frames and TensorBoard's files went where a
+    link pointed. A run folder with a link at any name it writes is refused in one line, exit 1, and
+    nothing in it or outside it changes."""
+    run = copy_run(small_run, tmp_path / "run")
+    outside = tmp_path / "outside"
+    outside.write_text("precious")
+    (run / name).unlink(missing_ok=True)
+    (run / name).symlink_to(outside)
+    before = files_of(run)
+    assert main.main(["--resume", str(run), "--steps", "250"]) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"main.py: error: {run / name} is a symbolic link; the programs write only inside their folder: "
+        "remove it, or put what it points to in its place"
     )
+    assert outside.read_text() == "precious" and files_of(run) == before
 
 
 def test_newest_checkpoint_prefers_the_highest_readable_step(small_run, tmp_path):
