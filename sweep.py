@@ -57,13 +57,13 @@ from utils_env import game_name, is_atari, resolve_env_id
 from utils_results import ReportError, collect, report, write_comparison
 from utils_run import (
     EPISODES_FILE,
-    MEMORY_FILE,
     CheckpointError,
     RunFolderError,
     RunLock,
     RunLogError,
     load_memory,
     load_newest_checkpoint,
+    memory_of,
     read_config,
     read_episodes,
     read_rewards,
@@ -176,7 +176,7 @@ def resume_note(run: Run) -> str:
     with its newest checkpoint) or not, and why."""
     _, checkpoint, _ = load_newest_checkpoint(run.folder)
     step = checkpoint["run"]["step"]
-    memory, reason = load_memory(run.folder / MEMORY_FILE, step, learning_config(checkpoint["config"]))
+    memory, reason = load_memory(memory_of(run.folder, step), step, learning_config(checkpoint["config"]))
     if memory is not None:
         return f"resumes at step {step:,} as the same run (its replay memory was saved with the checkpoint)"
     reason = reason or "its replay memory was not saved (--save-memory)"

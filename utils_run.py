@@ -5,7 +5,8 @@
 - ``model_NNN.pt``: the checkpoint of evaluation NNN, carrying that evaluation's rewards.txt line;
   ``model_interrupted.pt``: the checkpoint of a run stopped with Ctrl-C.
 - ``config.json``: the run's options, as its checkpoints hold them (a small text copy, for reports).
-- ``memory.pt``: the replay memory at the latest checkpoint (``--save-memory``).
+- ``memory.pt``: the replay memory at the latest checkpoint (``--save-memory``); ``memory_<step>.pt``: the
+  memory of a checkpoint being written (``save_memory``, ``settle_memory``).
 - ``.lock``: held by the one process that trains in the folder.
 
 Everything is written atomically (``write_atomically``), under temporary names no one can plant a link
@@ -43,11 +44,12 @@ EPISODES_HEADER = "step,score,length,epsilon,seconds\n"
 OLD_EPISODES_HEADER = "step,score,length,epsilon\n"
 CONFIG_FILE = "config.json"
 MEMORY_FILE = "memory.pt"
+NEW_MEMORY_FILE = re.compile(r"memory_(\d+)\.pt")  # the memory of a checkpoint being written (save_memory)
 # What a killed run can leave half-written, and nothing else: a user's own `.notes.tmp.md` or
 # `eval_old.partial/` in a folder given as --out are theirs (write_atomically's temporary names, with
 # their random part, and those of versions before it, without).
 LEFTOVER_FILE = re.compile(
-    r"\.(model_(\d+|interrupted)|memory|rewards|episodes|config)(\.[0-9a-f]{8})?\.tmp\.(pt|txt|csv|json)"
+    r"\.(model_(\d+|interrupted)|memory(_\d+)?|rewards|episodes|config)(\.[0-9a-f]{8})?\.tmp\.(pt|txt|csv|json)"
 )
 LEFTOVER_FRAMES = re.compile(r"eval_\d{3,}\.partial")
 INTERRUPTED_CHECKPOINT = "model_interrupted.pt"
@@ -55,7 +57,7 @@ LOCK_FILE = ".lock"
 # The names the programs write in a run folder (main.py; sweep.py's main.log) or a sweep folder (its report,
 # its stop file, its run folders): a symbolic link at one would have them write, or read, outside the folder.
 WRITTEN_NAMES = re.compile(
-    r"rewards\.txt|episodes\.csv|config\.json|memory\.pt|model_(\d+|interrupted)\.pt|main\.log|\.lock"
+    r"rewards\.txt|episodes\.csv|config\.json|memory(_\d+)?\.pt|model_(\d+|interrupted)\.pt|main\.log|\.lock"
     r"|eval_\d{3,}(\.partial)?|tensorboard|\.stop|report\.(md|json)|aggregate\.png|\w+-seed\d+"
 )
 # rewards.txt's two layouts: the classic three columns of older files, and the eight written since.
@@ -298,11 +300,13 @@ def remove_leftovers(run: Path) -> None:
 
 
 def check_free_space(run: Path, needed: int) -> None:
-    """Refuse to start when the run folder's disk cannot hold a checkpoint of ``needed`` bytes."""
+    """Refuse to start when the run folder's disk cannot hold a checkpoint of ``needed`` bytes (with
+    --save-memory, its replay memory's included)."""
     free = shutil.disk_usage(run).free
     if free < needed:
         raise RunFolderError(
             f"{run}: only {free / 2**20:.0f} MiB free on its disk, and a checkpoint needs {needed / 2**20:.0f} MiB"
+            " (with --save-memory, its replay memory too)"
         )
 
 
@@ -346,9 +350,32 @@ def prune_checkpoints(run: Path, keep: int) -> list[Path]:
     return older
 
 
-def save_memory(path: Path, memory_state: dict[str, Any], step: int, config: dict[str, Any]) -> None:
-    """Save the replay memory with the step and learning configuration it belongs to."""
-    save_torch(path, {"step": step, "config": config, "memory": memory_state})
+def save_memory(run: Path, memory_state: dict[str, Any], step: int, config: dict[str, Any]) -> None:
+    """Save the replay memory of the checkpoint at ``step`` being written, with the step and learning
+    configuration it belongs to, as ``memory_<step>.pt``: memory.pt stays the previous checkpoint's
+    until ``settle_memory`` after the checkpoint, so a crash between the two leaves every checkpoint's
+    memory on disk. The disk holds both memories for that time, as it holds the old file and the new
+    one while any file is replaced atomically."""
+    save_torch(run / f"memory_{step}.pt", {"step": step, "config": config, "memory": memory_state})
+
+
+def settle_memory(run: Path, step: int) -> None:
+    """Once the checkpoint at ``step`` is written (or a run resumes from it), make its memory
+    ``memory.pt`` if ``save_memory`` left it under its step's name, and delete the others, which
+    belong to no checkpoint (a crash came before theirs was written)."""
+    for path in run.iterdir():
+        match = NEW_MEMORY_FILE.fullmatch(path.name)
+        if match and int(match[1]) == step:
+            os.replace(path, run / MEMORY_FILE)
+        elif match:
+            path.unlink(missing_ok=True)
+
+
+def memory_of(run: Path, step: int) -> Path:
+    """The file holding the memory saved with the checkpoint at ``step``: memory.pt, or
+    ``memory_<step>.pt`` if a crash came after the checkpoint but before ``settle_memory``."""
+    new = run / f"memory_{step}.pt"
+    return new if new.is_file() else run / MEMORY_FILE
 
 
 def load_memory(path: Path, step: int, config: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:

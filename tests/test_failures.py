@@ -362,6 +362,42 @@ def test_a_saved_memory_is_used_only_when_it_belongs_to_the_checkpoint(tmp_path,
     assert f"{memory} cannot be used (AttributeError" in capsys.readouterr().out
 
 
+def test_a_crash_between_a_memory_and_its_checkpoint_leaves_a_pair_to_resume_exactly(tmp_path, monkeypatch, capsys):
+    """With --save-memory, memory.pt was written before model_NNN.pt: a full disk or a kill between the two
+    left the last checkpoint without its memory. Now a crash while the checkpoint is written (the disk
+    fails), or after it but before its memory takes the name memory.pt, leaves a checkpoint with its
+    own memory, and the resumed run is the uninterrupted one, weight for weight."""
+    common = [*TINY, "--steps", "240", "--eval-every", "120", "--save-memory", "--max-episode-frames", "400"]
+    assert main.main([*common, "--out", str(tmp_path / "straight")]) == 0
+    straight = load_checkpoint(tmp_path / "straight" / "model_002.pt")["agent"]["online"]
+    real_save, real_settle = main.save_checkpoint, main.settle_memory
+
+    def disk_fails(path, state):
+        if path.name == "model_002.pt":
+            raise OSError(28, "No space left on device")
+        real_save(path, state)
+
+    def killed_after_checkpoint(run, step):
+        if step == 120:
+            raise OSError(5, "Input/output error")
+        real_settle(run, step)
+
+    for crash in (disk_fails, killed_after_checkpoint):  # either way, model_001.pt (step 120) is the newest
+        run = tmp_path / crash.__name__
+        with monkeypatch.context() as patch:
+            patch.setattr(main, "save_checkpoint" if crash is disk_fails else "settle_memory", crash)
+            assert main.main([*common, "--out", str(run)]) == 1
+        assert load_newest_checkpoint(run)[0].name == "model_001.pt"
+        note = sweep.resume_note(sweep.Run("Breakout", 0, run))
+        assert note == "resumes at step 120 as the same run (its replay memory was saved with the checkpoint)"
+        capsys.readouterr()
+        assert main.main(["--resume", str(run), "--steps", "240"]) == 0
+        assert "refilling" not in capsys.readouterr().out
+        assert sorted(path.name for path in run.glob("memory*")) == [MEMORY_FILE]  # none left over
+        resumed = load_checkpoint(run / "model_002.pt")["agent"]["online"]
+        assert all(torch.equal(value, resumed[key]) for key, value in straight.items()), crash.__name__
+
+
 def stop_during_evaluation(monkeypatch, evaluation: int, signum: int = signal.SIGINT, steps: int = 30) -> None:
     """Ctrl-C (a real SIGINT to this process, or ``signum``) ``steps`` steps into the process's ``evaluation``-th
     evaluation."""
@@ -534,13 +570,13 @@ def test_bad_run_folders_and_leftovers(small_run, tmp_path, capsys):
 
     run = copy_run(small_run, tmp_path / "run")
     (run / ".model_003.tmp.pt").write_bytes(b"half")  # the temporary names of versions before
-    (run / ".model_004.0f3a9c2e.tmp.pt").write_bytes(b"half")  # and of this one
+    (run / ".memory_250.0f3a9c2e.tmp.pt").write_bytes(b"half")  # and of this one
     (run / ".rewards.tmp.txt").symlink_to(tmp_path / "nowhere")  # a dangling link at one: removed, never followed
     (run / "eval_003.partial").mkdir()
     (run / "eval_003.partial" / "000000.png").write_bytes(b"half")
     assert main.main(["--resume", str(run), "--steps", "250"]) == 0
     assert not (run / ".model_003.tmp.pt").exists() and not (run / "eval_003.partial").exists()
-    assert not (run / ".model_004.0f3a9c2e.tmp.pt").exists() and not (run / ".rewards.tmp.txt").is_symlink()
+    assert not (run / ".memory_250.0f3a9c2e.tmp.pt").exists() and not (run / ".rewards.tmp.txt").is_symlink()
     assert not (tmp_path / "nowhere").exists()
 
     # --out naming a folder of the user's: their own temporary-looking files are theirs, and stay.
