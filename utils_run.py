@@ -208,18 +208,31 @@ def read_episodes(path: Path) -> np.ndarray:
     return np.array(rows, dtype=np.float64).reshape(-1, 5)
 
 
+# How config.json holds a float that is not finite (--grad-clip inf): strict JSON has no Infinity or NaN.
+NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+
+
 def save_config(run: Path, config: dict[str, Any]) -> None:
-    write_atomically(run / CONFIG_FILE, (json.dumps(config, indent=1, sort_keys=True) + "\n").encode())
+    """Write ``config`` as strict JSON, a float that is not finite as its name ("inf"); no option takes those
+    names as a string."""
+    strict = {name: str(value) if isinstance(value, float) and not math.isfinite(value) else value
+              for name, value in config.items()}  # fmt: skip
+    write_atomically(run / CONFIG_FILE, (json.dumps(strict, indent=1, sort_keys=True, allow_nan=False) + "\n").encode())
 
 
 def read_config(run: Path) -> dict[str, Any]:
-    """The run's options: config.json, or for runs older than it the newest checkpoint's."""
+    """The run's options: config.json (as ``save_config`` writes it, or with Infinity as versions before
+    it did), or for runs older than it the newest checkpoint's."""
     path = run / CONFIG_FILE
     if path.is_file():
         try:
-            return json.loads(path.read_text())
+            config = json.loads(path.read_text())
         except ValueError as error:
             raise RunLogError(f"{path}: not JSON ({error})") from None
+        if isinstance(config, dict):
+            config = {name: NON_FINITE.get(value, value) if isinstance(value, str) else value
+                      for name, value in config.items()}  # fmt: skip
+        return config
     return load_newest_checkpoint(run)[1]["config"]
 
 

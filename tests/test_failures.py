@@ -3,6 +3,8 @@ one folder, a bad saved memory, a failing disk and a second Ctrl-C. Each ends in
 correct run) and leaves every earlier file as it was."""
 
 import itertools
+import json
+import math
 import os
 import re
 import signal
@@ -28,8 +30,10 @@ from utils_run import (
     WriteError,
     load_checkpoint,
     load_newest_checkpoint,
+    read_config,
     reconcile_rewards,
     save_checkpoint,
+    save_config,
     start_episodes,
     write_atomically,
 )
@@ -590,6 +594,13 @@ def test_bad_run_folders_and_leftovers(small_run, tmp_path, capsys):
     assert all((theirs / name).read_text() == "mine" for name in mine)
 
 
+def test_an_empty_out_is_refused_rather_than_the_current_folder(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    message = "main.py: error: --out is empty: name a folder, or leave --out out"
+    assert error_line(capsys, [*TINY, "--steps", "120", "--out", ""]) == message
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_write_atomically_never_writes_through_a_link(tmp_path):
     """A link planted at the temporary name of versions before (.report.tmp.md aimed at a site-packages
     .pth file became code every Python start ran) or at the file's own name: the target stays as it was,
@@ -633,6 +644,17 @@ def test_a_link_at_a_name_the_run_writes_is_refused(small_run, tmp_path, capsys,
         "remove it, or put what it points to in its place"
     )
     assert outside.read_text() == "precious" and files_of(run) == before
+
+
+def test_config_json_is_strict_json_and_older_files_with_infinity_still_read(tmp_path):
+    save_config(tmp_path, {"grad_clip": math.inf, "alpha": -math.inf, "lr": 1e-4, "env": "ALE/Pong-v5"})
+    text = (tmp_path / "config.json").read_text()
+    strict = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} is not JSON"))
+    assert strict["grad_clip"] == "inf" and strict["alpha"] == "-inf"
+    assert read_config(tmp_path) == {"grad_clip": math.inf, "alpha": -math.inf, "lr": 1e-4, "env": "ALE/Pong-v5"}
+    older = ROOT / "results" / "atari100k-v1" / "Pong-seed0"  # written with Infinity, before
+    assert '"grad_clip": Infinity' in (older / "config.json").read_text()
+    assert read_config(older)["grad_clip"] == math.inf
 
 
 def test_newest_checkpoint_prefers_the_highest_readable_step(small_run, tmp_path):
