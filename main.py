@@ -48,6 +48,7 @@ from utils_config import (
     learner_threads,
     learning_config,
     learning_defaults,
+    memory_bytes,
     memory_on_device,
     parse_config,
     pick_device,
@@ -92,6 +93,7 @@ from utils_run import (
     save_checkpoint,
     save_config,
     save_memory,
+    settle_memory,
     start_episodes,
 )
 from utils_types import EvalResult, FinishedGames, GameResult, StackRule
@@ -377,8 +379,12 @@ class Trainer:
             if args.preset is None:
                 print(f"Note: {ATARI_DEFAULTS_NOTE}", flush=True)
         self.agent = Agent(env.n_actions, device, seed=args.seed, **agent_options(args, env))
-        # A checkpoint holds the online and target weights and Adam's two moments.
-        check_free_space(out, 4 * sum(p.numel() * p.element_size() for p in self.agent.online.parameters()))
+        # A checkpoint holds the online and target weights and Adam's two moments; with --save-memory, the
+        # new replay memory (up to a full one) is written before the old one is deleted.
+        needed = 4 * sum(p.numel() * p.element_size() for p in self.agent.online.parameters())
+        if args.save_memory:
+            needed += memory_bytes(args.memory_size, env.frame_shape)
+        check_free_space(out, needed)
         self.memory = build_memory(args, device, frames_on_device, env)
         self.env = env
         self.player = None if args.actors else Player(env, self.memory, args.clip_rewards)  # Ape-X: the actors play
@@ -518,8 +524,8 @@ class Trainer:
         self.read_averages()  # a diverged loss is never saved
         if not self.agent.weights_finite():
             raise TrainingDiverged(f"training diverged: the weights are no longer finite at step {progress.step}")
-        if args.save_memory:
-            save_memory(self.out / MEMORY_FILE, self.memory.state_dict(), progress.step, learning_config(vars(args)))
+        if args.save_memory:  # under its own name until the checkpoint is written: see settle_memory
+            save_memory(self.out, self.memory.state_dict(), progress.step, learning_config(vars(args)))
         progress.wall_seconds = self.wall_seconds()
         save_checkpoint(
             path,
@@ -532,6 +538,8 @@ class Trainer:
                 "rewards_line": line,
             },
         )
+        if args.save_memory:
+            settle_memory(self.out, progress.step)
         self.saved_step = progress.step
 
     def save_interrupted(self) -> None:
@@ -571,6 +579,7 @@ class Trainer:
         """Reload the saved replay memory if it belongs to the checkpoint, else refill it with
         ``learning_starts`` steps of the current policy (not counted as training steps)."""
         args, memory, out = self.args, self.memory, self.out
+        settle_memory(out, self.progress.step)  # a crash may have come between a checkpoint and its memory's rename
         if self.progress.step == 0:
             return  # stopped in the untrained network's evaluation: nothing was played into the memory yet
         config = learning_config(vars(args))

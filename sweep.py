@@ -28,6 +28,7 @@ import concurrent.futures
 import contextlib
 import ctypes
 import io
+import os
 import re
 import signal
 import subprocess
@@ -59,16 +60,17 @@ from utils_env import game_name, is_atari, resolve_env_id, saved_env_id
 from utils_results import ReportError, collect, report, write_comparison
 from utils_run import (
     EPISODES_FILE,
-    MEMORY_FILE,
     CheckpointError,
     RunFolderError,
     RunLock,
     RunLogError,
     load_memory,
     load_newest_checkpoint,
+    memory_of,
     read_config,
     read_episodes,
     read_rewards,
+    refuse_links,
 )
 
 PROJECT_DIR = Path(__file__).resolve().parent
@@ -175,7 +177,7 @@ def resume_note(run: Run) -> str:
     step = checkpoint["run"]["step"]
     defaults = learning_defaults()
     config = {**defaults, **learning_config(checkpoint["config"])}
-    memory, reason = load_memory(run.folder / MEMORY_FILE, step, config, defaults)
+    memory, reason = load_memory(memory_of(run.folder, step), step, config, defaults)
     if memory is not None:
         return f"resumes at step {step:,} as the same run (its replay memory was saved with the checkpoint)"
     reason = reason or "its replay memory was not saved (--save-memory)"
@@ -200,7 +202,9 @@ def run_main(argv: list[str], log: Path, stop_file: Path, cwd: Path) -> int:
     if stop_file.exists():
         return 130  # stopped, like a run stopped by Ctrl-C
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "a") as output:
+    # O_NOFOLLOW: never append to a file elsewhere through a link planted at the log's name
+    descriptor = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    with open(descriptor, "a") as output:
         process = subprocess.Popen(
             [sys.executable, str(PROJECT_DIR / "main.py"), *argv],
             stdout=output,
@@ -342,6 +346,8 @@ def sweep(arguments: argparse.Namespace, passed: list[str]) -> int:
     games = expand_envs(arguments.envs)
     check_passed(passed, games[0])
     runs = plan(out, games, arguments.seeds)
+    for folder in [out, *(run.folder for run in runs)]:  # before a run starts: each main.py checks only its own
+        refuse_links(folder)
     steps = int(options_of(passed).steps)  # --preset atari100k sets 100,000
     threads = threads_of(passed)
     if arguments.ray_address is None:  # the runs that go at once here: their memories together

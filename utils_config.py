@@ -398,6 +398,8 @@ def parse_config(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, 
     configuration. Returns the options and the checkpoint to start from (None for a new run)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.out == "":  # Path("") is the current folder
+        parser.error("--out is empty: name a folder, or leave --out out")
     if args.resume is None and args.evaluate is None:  # else the saved run's options hold
         apply_preset(parser, args, argv)
     if args.evaluate is not None:

@@ -10,6 +10,8 @@ import contextlib
 import csv
 import json
 import math
+import re
+import unicodedata
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -395,11 +397,19 @@ def markdown(summary: dict[str, Any]) -> str:
         )
     for note in summary["notes"]:
         lines += ["", f"Note: {note}."]
-    for run, reason in summary["left_out"].items():
-        lines += ["", f"Left out {run}: {reason}"]
+    for run, reason in summary["left_out"].items():  # a folder's name, and a reason that may quote it or a file
+        lines += ["", f"Left out {escaped(run)}: {escaped(reason)}"]
     if summary["without_reference"]:
         lines += ["", f"No reference scores for {', '.join(summary['without_reference'])}: left out of the aggregate."]
     return "\n".join(lines)
+
+
+def escaped(text: str) -> str:
+    """``text`` (a folder's name, or a message that may hold one) shown as it is inside one line of
+    Markdown: characters that break a line or control a terminal as a Python string writes them
+    ('\\n'), Markdown's own behind a backslash. A name is never written into a report as it is."""
+    visible = "".join(repr(c)[1:-1] if unicodedata.category(c) in ("Cc", "Zl", "Zp") else c for c in text)
+    return re.sub(r"([\\`*_\[\]<>|])", r"\\\1", visible)
 
 
 def aggregate_table(aggregates: dict[str, dict[str, Any]]) -> list[str]:
@@ -475,7 +485,7 @@ def lead_holds(scores: list[float], other_scores: list[float]) -> bool:
 
 
 def comparison_markdown(comparison: dict[str, Any]) -> str:
-    out, other = comparison["sweep"], comparison["other"]
+    out, other = escaped(comparison["sweep"]), escaped(comparison["other"])
     lines = [
         f"| game | {out}: mean | seeds | {other}: mean | seeds | difference | without any one run |",
         "|---" * 7 + "|",

@@ -5,22 +5,27 @@
 - ``model_NNN.pt``: the checkpoint of evaluation NNN, carrying that evaluation's rewards.txt line;
   ``model_interrupted.pt``: the checkpoint of a run stopped with Ctrl-C.
 - ``config.json``: the run's options, as its checkpoints hold them (a small text copy, for reports).
-- ``memory.pt``: the replay memory at the latest checkpoint (``--save-memory``).
+- ``memory.pt``: the replay memory at the latest checkpoint (``--save-memory``); ``memory_<step>.pt``: the
+  memory of a checkpoint being written (``save_memory``, ``settle_memory``).
 - ``.lock``: held by the one process that trains in the folder.
 
-Everything is written atomically (``write_atomically``); a resume reconciles the logs with the
-checkpoint it starts from, so no evaluation or game is ever missing or logged twice.
+Everything is written atomically (``write_atomically``), under temporary names no one can plant a link
+at, and a folder where one of these names is a symbolic link is refused (``refuse_links``): the programs
+write only inside their folders. A resume reconciles the logs with the checkpoint it starts from, so no
+evaluation or game is ever missing or logged twice.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import io
 import json
 import math
 import os
 import re
+import secrets
 import shutil
 import time
 from collections.abc import Callable
@@ -39,12 +44,22 @@ EPISODES_HEADER = "step,score,length,epsilon,seconds\n"
 OLD_EPISODES_HEADER = "step,score,length,epsilon\n"
 CONFIG_FILE = "config.json"
 MEMORY_FILE = "memory.pt"
+NEW_MEMORY_FILE = re.compile(r"memory_(\d+)\.pt")  # the memory of a checkpoint being written (save_memory)
 # What a killed run can leave half-written, and nothing else: a user's own `.notes.tmp.md` or
-# `eval_old.partial/` in a folder given as --out are theirs (write_atomically's temporary names).
-LEFTOVER_FILE = re.compile(r"\.(model_(\d+|interrupted)|memory|rewards|episodes|config)\.tmp\.(pt|txt|csv|json)")
+# `eval_old.partial/` in a folder given as --out are theirs (write_atomically's temporary names, with
+# their random part, and those of versions before it, without).
+LEFTOVER_FILE = re.compile(
+    r"\.(model_(\d+|interrupted)|memory(_\d+)?|rewards|episodes|config)(\.[0-9a-f]{8})?\.tmp\.(pt|txt|csv|json)"
+)
 LEFTOVER_FRAMES = re.compile(r"eval_\d{3,}\.partial")
 INTERRUPTED_CHECKPOINT = "model_interrupted.pt"
 LOCK_FILE = ".lock"
+# The names the programs write in a run folder (main.py; sweep.py's main.log) or a sweep folder (its report,
+# its stop file, its run folders): a symbolic link at one would have them write, or read, outside the folder.
+WRITTEN_NAMES = re.compile(
+    r"rewards\.txt|episodes\.csv|config\.json|memory(_\d+)?\.pt|model_(\d+|interrupted)\.pt|main\.log|\.lock"
+    r"|eval_\d{3,}(\.partial)?|tensorboard|\.stop|report\.(md|json)|aggregate\.png|\w+-seed\d+"
+)
 # rewards.txt's two layouts: the classic three columns of older files, and the eight written since.
 REWARDS_COLUMNS = {3: "index, step, score", 8: "index, step, score, std, min, max, episodes, seconds"}
 
@@ -193,20 +208,33 @@ def read_episodes(path: Path) -> np.ndarray:
     return np.array(rows, dtype=np.float64).reshape(-1, 5)
 
 
+# How config.json holds a float that is not finite (--grad-clip inf): strict JSON has no Infinity or NaN.
+NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+
+
 def save_config(run: Path, config: dict[str, Any]) -> None:
-    write_atomically(run / CONFIG_FILE, (json.dumps(config, indent=1, sort_keys=True) + "\n").encode())
+    """Write ``config`` as strict JSON, a float that is not finite as its name ("inf"); no option takes those
+    names as a string."""
+    strict = {name: str(value) if isinstance(value, float) and not math.isfinite(value) else value
+              for name, value in config.items()}  # fmt: skip
+    write_atomically(run / CONFIG_FILE, (json.dumps(strict, indent=1, sort_keys=True, allow_nan=False) + "\n").encode())
 
 
 def read_config(run: Path) -> dict[str, Any]:
-    """The run's options: config.json, or for runs older than it the newest checkpoint's."""
+    """The run's options: config.json (as ``save_config`` writes it, or with Infinity as versions before
+    it did), or for runs older than it the newest checkpoint's."""
     path = run / CONFIG_FILE
     if path.is_file():
         try:
-            return json.loads(path.read_text())
+            config = json.loads(path.read_text())
         except ValueError as error:
             raise RunLogError(f"{path}: not JSON ({error})") from None
         except RecursionError:  # Python's parser recurses once per level: a file nested 100,000 deep
             raise RunLogError(f"{path}: nested too deeply to be a run's configuration") from None
+        if isinstance(config, dict):
+            config = {name: NON_FINITE.get(value, value) if isinstance(value, str) else value
+                      for name, value in config.items()}  # fmt: skip
+        return config
     return load_newest_checkpoint(run)[1]["config"]
 
 
@@ -235,9 +263,10 @@ class RunLock:
             self.run.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise RunFolderError(f"cannot create the run folder {describe_os_error(error)}") from None
+        refuse_links(self.run)
         path = self.run / LOCK_FILE
-        try:
-            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:  # O_NOFOLLOW: never truncate a file elsewhere through a link planted since
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         except OSError as error:
             raise RunFolderError(f"cannot write {path}: {error.strerror}") from None
         try:
@@ -261,22 +290,38 @@ class RunLock:
             self.descriptor = None
 
 
+def refuse_links(folder: Path) -> None:
+    """Raise RunFolderError if one of the names the programs write in ``folder`` (WRITTEN_NAMES) is a
+    symbolic link: writing or reading there would reach whatever it points to, outside the folder."""
+    paths = folder.iterdir() if folder.is_dir() else []
+    names = sorted(path.name for path in paths if WRITTEN_NAMES.fullmatch(path.name) and path.is_symlink())
+    if names:
+        also = f" (and {', '.join(names[1:])})" if len(names) > 1 else ""
+        raise RunFolderError(
+            f"{folder / names[0]} is a symbolic link{also}; the programs write only inside their folder: "
+            "remove it, or put what it points to in its place"
+        )
+
+
 def remove_leftovers(run: Path) -> None:
-    """Delete what a killed process left half-written: temporary files of ``write_atomically``
-    and evaluation frame folders still being filled. Only the lock holder may call this."""
+    """Delete what a killed process left half-written: temporary files of ``write_atomically`` (or
+    a link planted at one of their names) and evaluation frame folders still being filled. Only the
+    lock holder may call this."""
     for path in run.iterdir() if run.is_dir() else []:
-        if LEFTOVER_FILE.fullmatch(path.name) and path.is_file():
+        if LEFTOVER_FILE.fullmatch(path.name) and (path.is_symlink() or path.is_file()):
             path.unlink(missing_ok=True)
         elif LEFTOVER_FRAMES.fullmatch(path.name) and path.is_dir():
             shutil.rmtree(path, ignore_errors=True)
 
 
 def check_free_space(run: Path, needed: int) -> None:
-    """Refuse to start when the run folder's disk cannot hold a checkpoint of ``needed`` bytes."""
+    """Refuse to start when the run folder's disk cannot hold a checkpoint of ``needed`` bytes (with
+    --save-memory, its replay memory's included)."""
     free = shutil.disk_usage(run).free
     if free < needed:
         raise RunFolderError(
             f"{run}: only {free / 2**20:.0f} MiB free on its disk, and a checkpoint needs {needed / 2**20:.0f} MiB"
+            " (with --save-memory, its replay memory too)"
         )
 
 
@@ -320,9 +365,32 @@ def prune_checkpoints(run: Path, keep: int) -> list[Path]:
     return older
 
 
-def save_memory(path: Path, memory_state: dict[str, Any], step: int, config: dict[str, Any]) -> None:
-    """Save the replay memory with the step and learning configuration it belongs to."""
-    save_torch(path, {"step": step, "config": config, "memory": memory_state})
+def save_memory(run: Path, memory_state: dict[str, Any], step: int, config: dict[str, Any]) -> None:
+    """Save the replay memory of the checkpoint at ``step`` being written, with the step and learning
+    configuration it belongs to, as ``memory_<step>.pt``: memory.pt stays the previous checkpoint's
+    until ``settle_memory`` after the checkpoint, so a crash between the two leaves every checkpoint's
+    memory on disk. The disk holds both memories for that time, as it holds the old file and the new
+    one while any file is replaced atomically."""
+    save_torch(run / f"memory_{step}.pt", {"step": step, "config": config, "memory": memory_state})
+
+
+def settle_memory(run: Path, step: int) -> None:
+    """Once the checkpoint at ``step`` is written (or a run resumes from it), make its memory
+    ``memory.pt`` if ``save_memory`` left it under its step's name, and delete the others, which
+    belong to no checkpoint (a crash came before theirs was written)."""
+    for path in run.iterdir():
+        match = NEW_MEMORY_FILE.fullmatch(path.name)
+        if match and int(match[1]) == step:
+            os.replace(path, run / MEMORY_FILE)
+        elif match:
+            path.unlink(missing_ok=True)
+
+
+def memory_of(run: Path, step: int) -> Path:
+    """The file holding the memory saved with the checkpoint at ``step``: memory.pt, or
+    ``memory_<step>.pt`` if a crash came after the checkpoint but before ``settle_memory``."""
+    new = run / f"memory_{step}.pt"
+    return new if new.is_file() else run / MEMORY_FILE
 
 
 def load_memory(
@@ -395,23 +463,40 @@ class WriteError(OSError):
 
 
 def write_atomically(path: Path, data: bytes | Callable[[Path], None]) -> None:
-    """Write ``data`` (bytes, or a function writing a given path) to a temporary file in the
-    same folder, then rename it over ``path``, so readers never see a half-written file. The
-    temporary name keeps the suffix, for writers that choose a format by it. A failure of the
-    disk raises WriteError with the operating system's reason."""
-    temporary = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    """Write ``data`` (bytes, or a function writing a given path) to a new temporary file in the
+    same folder, then rename it over ``path`` (a link there is replaced, never followed), so
+    readers never see a half-written file. The temporary name is new and unpredictable, so no
+    link planted in the folder can take the write elsewhere; it keeps the suffix, for writers
+    that choose a format by it. A failure of the disk raises WriteError with the operating
+    system's reason."""
+    temporary: Path | None = None
     try:
+        temporary, descriptor = create_temporary(path)
         if callable(data):
+            os.close(descriptor)
             data(temporary)
         else:
-            temporary.write_bytes(data)
+            with open(descriptor, "wb") as file:
+                file.write(data)
         os.replace(temporary, path)
     except BaseException as error:
         with contextlib.suppress(OSError):  # a failed cleanup must not hide why the write failed
-            temporary.unlink(missing_ok=True)
+            if temporary is not None:
+                temporary.unlink(missing_ok=True)
         if isinstance(error, OSError) and not isinstance(error, WriteError):
             raise WriteError(error.errno, error.strerror or str(error), str(path)) from error
         raise
+
+
+def create_temporary(path: Path) -> tuple[Path, int]:
+    """A new empty file beside ``path``, ``.<stem>.<8 random hex digits>.tmp<suffix>``, and a descriptor
+    open on it for writing. O_EXCL: made here, never reached through a link; mode 0o666 less the umask,
+    as any file the program writes."""
+    for _ in range(100):  # a name already there (one chance in four billion per file) draws another
+        temporary = path.with_name(f".{path.stem}.{secrets.token_hex(4)}.tmp{path.suffix}")
+        with contextlib.suppress(FileExistsError):
+            return temporary, os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    raise FileExistsError(errno.EEXIST, "no free temporary name", str(path))
 
 
 class _RecordingWriter(io.RawIOBase):

@@ -3,6 +3,8 @@ one folder, a bad saved memory, a failing disk and a second Ctrl-C. Each ends in
 correct run) and leaves every earlier file as it was."""
 
 import itertools
+import json
+import math
 import os
 import re
 import signal
@@ -28,8 +30,10 @@ from utils_run import (
     WriteError,
     load_checkpoint,
     load_newest_checkpoint,
+    read_config,
     reconcile_rewards,
     save_checkpoint,
+    save_config,
     start_episodes,
     write_atomically,
 )
@@ -376,6 +380,42 @@ def test_a_memory_saved_before_an_option_existed_is_used_when_the_option_keeps_i
     assert "refilling" not in capsys.readouterr().out
 
 
+def test_a_crash_between_a_memory_and_its_checkpoint_leaves_a_pair_to_resume_exactly(tmp_path, monkeypatch, capsys):
+    """With --save-memory, memory.pt was written before model_NNN.pt: a full disk or a kill between the two
+    left the last checkpoint without its memory. Now a crash while the checkpoint is written (the disk
+    fails), or after it but before its memory takes the name memory.pt, leaves a checkpoint with its
+    own memory, and the resumed run is the uninterrupted one, weight for weight."""
+    common = [*TINY, "--steps", "240", "--eval-every", "120", "--save-memory", "--max-episode-frames", "400"]
+    assert main.main([*common, "--out", str(tmp_path / "straight")]) == 0
+    straight = load_checkpoint(tmp_path / "straight" / "model_002.pt")["agent"]["online"]
+    real_save, real_settle = main.save_checkpoint, main.settle_memory
+
+    def disk_fails(path, state):
+        if path.name == "model_002.pt":
+            raise OSError(28, "No space left on device")
+        real_save(path, state)
+
+    def killed_after_checkpoint(run, step):
+        if step == 120:
+            raise OSError(5, "Input/output error")
+        real_settle(run, step)
+
+    for crash in (disk_fails, killed_after_checkpoint):  # either way, model_001.pt (step 120) is the newest
+        run = tmp_path / crash.__name__
+        with monkeypatch.context() as patch:
+            patch.setattr(main, "save_checkpoint" if crash is disk_fails else "settle_memory", crash)
+            assert main.main([*common, "--out", str(run)]) == 1
+        assert load_newest_checkpoint(run)[0].name == "model_001.pt"
+        note = sweep.resume_note(sweep.Run("Breakout", 0, run))
+        assert note == "resumes at step 120 as the same run (its replay memory was saved with the checkpoint)"
+        capsys.readouterr()
+        assert main.main(["--resume", str(run), "--steps", "240"]) == 0
+        assert "refilling" not in capsys.readouterr().out
+        assert sorted(path.name for path in run.glob("memory*")) == [MEMORY_FILE]  # none left over
+        resumed = load_checkpoint(run / "model_002.pt")["agent"]["online"]
+        assert all(torch.equal(value, resumed[key]) for key, value in straight.items()), crash.__name__
+
+
 def stop_during_evaluation(monkeypatch, evaluation: int, signum: int = signal.SIGINT, steps: int = 30) -> None:
     """Ctrl-C (a real SIGINT to this process, or ``signum``) ``steps`` steps into the process's ``evaluation``-th
     evaluation."""
@@ -547,22 +587,88 @@ def test_bad_run_folders_and_leftovers(small_run, tmp_path, capsys):
     assert line == f"main.py: error: --out {afile / 'run'}: {afile} is a file, not a folder"
 
     run = copy_run(small_run, tmp_path / "run")
-    (run / ".model_003.tmp.pt").write_bytes(b"half")
+    (run / ".model_003.tmp.pt").write_bytes(b"half")  # the temporary names of versions before
+    (run / ".memory_250.0f3a9c2e.tmp.pt").write_bytes(b"half")  # and of this one
+    (run / ".rewards.tmp.txt").symlink_to(tmp_path / "nowhere")  # a dangling link at one: removed, never followed
     (run / "eval_003.partial").mkdir()
     (run / "eval_003.partial" / "000000.png").write_bytes(b"half")
     assert main.main(["--resume", str(run), "--steps", "250"]) == 0
     assert not (run / ".model_003.tmp.pt").exists() and not (run / "eval_003.partial").exists()
+    assert not (run / ".memory_250.0f3a9c2e.tmp.pt").exists() and not (run / ".rewards.tmp.txt").is_symlink()
+    assert not (tmp_path / "nowhere").exists()
 
     # --out naming a folder of the user's: their own temporary-looking files are theirs, and stay.
     theirs = tmp_path / "theirs"
     (theirs / "eval_old.partial").mkdir(parents=True)
-    for name in (".draft.tmp.md", ".vimrc.tmp", ".model_003.tmp.pt.bak"):
+    mine = (".draft.tmp.md", ".vimrc.tmp", ".model_003.tmp.pt.bak", ".notes.0f3a9c2e.tmp.md")
+    for name in mine:
         (theirs / name).write_text("mine")
     assert main.main([*TINY, "--steps", "120", "--eval-every", "120", "--out", str(theirs)]) == 0
     assert (theirs / "eval_old.partial").is_dir()
-    assert all(
-        (theirs / name).read_text() == "mine" for name in (".draft.tmp.md", ".vimrc.tmp", ".model_003.tmp.pt.bak")
+    assert all((theirs / name).read_text() == "mine" for name in mine)
+
+
+def test_an_empty_out_is_refused_rather_than_the_current_folder(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    message = "main.py: error: --out is empty: name a folder, or leave --out out"
+    assert error_line(capsys, [*TINY, "--steps", "120", "--out", ""]) == message
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_write_atomically_never_writes_through_a_link(tmp_path):
+    """A link planted at the temporary name of versions before (.report.tmp.md aimed at a site-packages
+    .pth file became code every Python start ran) or at the file's own name: the target stays as it was,
+    and the file is written in the folder, under a temporary name no one could foresee."""
+    outside = tmp_path / "outside.pth"
+    outside.write_text("precious")
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    (folder / ".report.tmp.md").symlink_to(outside)
+    (folder / "report.md").symlink_to(outside)
+    used = []
+    write_atomically(folder / "report.md", lambda temporary: (used.append(temporary), temporary.write_text("new")))
+    assert outside.read_text() == "precious"
+    assert not (folder / "report.md").is_symlink() and (folder / "report.md").read_text() == "new"
+    assert re.fullmatch(r"\.report\.[0-9a-f]{8}\.tmp\.md", used[0].name) and used[0].parent == folder
+    (folder / ".rewards.tmp.txt").symlink_to(outside)
+    write_atomically(folder / "rewards.txt", b"0 0 1.0\n")
+    assert outside.read_text() == "precious" and (folder / "rewards.txt").read_text() == "0 0 1.0\n"
+    assert sorted(path.name for path in folder.iterdir()) == [
+        ".report.tmp.md",
+        ".rewards.tmp.txt",
+        "report.md",
+        "rewards.txt",
+    ]
+
+
+@pytest.mark.parametrize("name", [LOCK_FILE, "rewards.txt", "memory.pt", "main.log", "tensorboard", "eval_003"])
+def test_a_link_at_a_name_the_run_writes_is_refused(small_run, tmp_path, capsys, name):
+    """The lock was opened and truncated through a link; the frames and TensorBoard's files went where a
+    link pointed. A run folder with a link at any name it writes is refused in one line, exit 1, and
+    nothing in it or outside it changes."""
+    run = copy_run(small_run, tmp_path / "run")
+    outside = tmp_path / "outside"
+    outside.write_text("precious")
+    (run / name).unlink(missing_ok=True)
+    (run / name).symlink_to(outside)
+    before = files_of(run)
+    assert main.main(["--resume", str(run), "--steps", "250"]) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"main.py: error: {run / name} is a symbolic link; the programs write only inside their folder: "
+        "remove it, or put what it points to in its place"
     )
+    assert outside.read_text() == "precious" and files_of(run) == before
+
+
+def test_config_json_is_strict_json_and_older_files_with_infinity_still_read(tmp_path):
+    save_config(tmp_path, {"grad_clip": math.inf, "alpha": -math.inf, "lr": 1e-4, "env": "ALE/Pong-v5"})
+    text = (tmp_path / "config.json").read_text()
+    strict = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} is not JSON"))
+    assert strict["grad_clip"] == "inf" and strict["alpha"] == "-inf"
+    assert read_config(tmp_path) == {"grad_clip": math.inf, "alpha": -math.inf, "lr": 1e-4, "env": "ALE/Pong-v5"}
+    older = ROOT / "results" / "atari100k-v1" / "Pong-seed0"  # written with Infinity, before
+    assert '"grad_clip": Infinity' in (older / "config.json").read_text()
+    assert read_config(older)["grad_clip"] == math.inf
 
 
 def test_newest_checkpoint_prefers_the_highest_readable_step(small_run, tmp_path):

@@ -872,3 +872,51 @@ def test_no_committed_file_holds_a_path_of_the_machine_it_was_made_on():
         for match in machine_path.finditer(path.read_text())
     ]
     assert not found
+
+
+def test_a_sweep_refuses_links_planted_in_its_folders_and_never_appends_through_one(tmp_path, monkeypatch, capsys):
+    """A run's main.log was appended to through a link, and a run folder that is a link sent a whole
+    run elsewhere: a link at a name the sweep or its runs write is refused in one line, exit 1, before
+    any run starts; and run_main itself never opens its log through one."""
+    outside = tmp_path / "outside"
+    outside.write_text("precious")
+    out = tmp_path / "S"
+    real_run_main = sweep.run_main
+    calls = fake_runs(monkeypatch, {})
+    for planted in (out / "Pong-seed0" / "main.log", out / "Pong-seed1"):
+        planted.parent.mkdir(parents=True, exist_ok=True)
+        planted.symlink_to(outside)
+        assert sweep.main(["--envs", "Pong", "--seeds", "0", "1", *TINY, "--out", str(out)]) == 1
+        assert capsys.readouterr().err.strip().splitlines()[-1] == (
+            f"sweep.py: error: {planted} is a symbolic link; the programs write only inside their folder: "
+            "remove it, or put what it points to in its place"
+        )
+        planted.unlink()
+    assert calls == [] and outside.read_text() == "precious"
+
+    log = out / "Pong-seed0" / sweep.LOG_FILE
+    log.symlink_to(outside)
+    with pytest.raises(OSError, match="symbolic links"):
+        real_run_main(["--help"], log, out / sweep.STOP_FILE)
+    assert outside.read_text() == "precious"
+
+
+def test_a_folder_name_is_never_written_into_a_report_as_it_is(tmp_path):
+    """A run folder's name carried a newline into report.md: with a link at the report's temporary name
+    aimed at a site-packages .pth file, a line of it became code that every Python start ran. Names, and
+    reasons quoting them, are written with their control characters as escapes and Markdown's behind a
+    backslash."""
+    write_rewards(tmp_path / "Pong-seed0", [-21.0, -5.0])
+    write_rewards(tmp_path / "Pong-seed1", [-21.0, -7.0])
+    name = "x\nimport os; os.system('touch pwned') #|<b>*-seed01"
+    write_rewards(tmp_path / name, [-21.0, 21.0])
+    utils_results.report(tmp_path, samples=50)
+    written = (tmp_path / "report.md").read_text()
+    assert not any(line.startswith("import") for line in written.splitlines())
+    shown = "x\\\\nimport os; os.system('touch pwned') #\\|\\<b\\>\\*-seed01"
+    assert f"Left out {shown}: not a sweep's folder name" in written
+    comparison = {"sweep": "A\u2028B", "other": "C_D", "games": {"Pong": {"mean": 1.0, "other_mean": 2.0, "seeds": 1,
+                                                                          "other_seeds": 1}}}  # fmt: skip
+    assert utils_results.comparison_markdown(comparison).startswith(
+        "| game | A\\\\u2028B: mean | seeds | C\\_D: mean |"
+    )

@@ -10,6 +10,7 @@ import imageio.v3 as iio
 import pytest
 from PIL import Image
 
+import utils_run
 import video
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -246,11 +247,19 @@ def test_unwritable_output_is_one_line_and_exit_2(tmp_path, capfd, monkeypatch, 
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
-def test_ffmpeg_failing_to_write_is_one_line_and_exit_2(tmp_path, capfd):
+def test_ffmpeg_failing_to_write_is_one_line_and_exit_2(tmp_path, capfd, monkeypatch):
     frames = make_frames(tmp_path / "eval_000", 2, size=(8, 6))
     before = listing(tmp_path)
-    # write_atomically's temporary file, made a device where every write fails with ENOSPC, like a full disk
-    (tmp_path / ".eval_000.tmp.mp4").symlink_to("/dev/full")
+    real_create = utils_run.create_temporary
+
+    def onto_a_full_device(path):
+        """write_atomically's temporary file, made a device where every write fails with ENOSPC, like a full disk."""
+        temporary, descriptor = real_create(path)
+        temporary.unlink()
+        temporary.symlink_to("/dev/full")
+        return temporary, descriptor
+
+    monkeypatch.setattr(utils_run, "create_temporary", onto_a_full_device)
     message = run_error(capfd, str(frames))  # capfd: ffmpeg's own messages would show there too
     assert message == f"video.py: error: cannot write {tmp_path / 'eval_000.mp4'}: No space left on device"
     assert listing(tmp_path) == before
