@@ -26,7 +26,17 @@ import numpy as np
 import main
 from utils_config import build_parser, device_problem, parse_config, pick_device
 from utils_drl import Agent
-from utils_env import FRAME_SIZE, STACK_DEPTH, AtariGymEnv, GymEnv, env_label, evaluate, is_atari, make_gym_env
+from utils_env import (
+    FRAME_SIZE,
+    STACK_DEPTH,
+    AtariGymEnv,
+    GymEnv,
+    env_label,
+    evaluate,
+    is_atari,
+    make_gym_env,
+    saved_env_refusal,
+)
 from utils_run import load_checkpoint, load_newest_checkpoint
 
 gymnasium.register(id="dqn/Atari-v0", entry_point="utils_env:AtariGymEnv")
@@ -34,11 +44,15 @@ OBSERVATION_SHAPE = (STACK_DEPTH, FRAME_SIZE, FRAME_SIZE)
 
 
 class TrainedAgent:
-    """A checkpoint's network, acting on the observations of its environment (``make_env``)."""
+    """A checkpoint's network, acting on the observations of its environment (``make_env``). An environment that
+    names code (``module:Class``, an environment object's spec) is made only with ``trust_env=True``."""
 
-    def __init__(self, checkpoint: dict[str, Any], device: str = "auto") -> None:
+    def __init__(self, checkpoint: dict[str, Any], device: str = "auto", trust_env: bool = False) -> None:
         defaults = vars(build_parser().parse_args([]))
         self.config = argparse.Namespace(**{**defaults, **checkpoint["config"]})  # options newer than the run: defaults
+        untrusted = saved_env_refusal(str(self.config.env))
+        if untrusted and trust_env is not True:
+            raise ValueError(f"{untrusted}: pass trust_env=True if you trust where the checkpoint came from")
         self.step: int = checkpoint["run"]["step"]
         game = main.make_env(self.config, 0)
         self.n_actions = game.n_actions
@@ -114,11 +128,13 @@ class TrainedAgent:
         return self._agent.act(state, epsilon, self._rng)
 
 
-def load_agent(path: str | Path, device: str = "auto") -> TrainedAgent:
-    """The agent of a checkpoint file (``model_NNN.pt``), or of a run folder's newest checkpoint."""
+def load_agent(path: str | Path, device: str = "auto", trust_env: bool = False) -> TrainedAgent:
+    """The agent of a checkpoint file (``model_NNN.pt``), or of a run folder's newest checkpoint. ``trust_env``:
+    make its environment even when that imports and calls code the checkpoint names (``module:Class``, a spec's
+    entry points), which ValueError refuses otherwise: a checkpoint may come from anyone."""
     path = Path(path)
     checkpoint = load_newest_checkpoint(path)[1] if path.is_dir() else load_checkpoint(path)
-    return TrainedAgent(checkpoint, device)
+    return TrainedAgent(checkpoint, device, trust_env)
 
 
 class TrainedRun(NamedTuple):
@@ -154,7 +170,7 @@ def train(**options: Any) -> TrainedRun:
     summary = main.train(args, checkpoint)
     if summary.exit_code != 0:
         raise RuntimeError(f"training stopped with exit status {summary.exit_code}; its reason was printed above")
-    return TrainedRun(Path(args.out), load_agent(args.out))
+    return TrainedRun(Path(args.out), load_agent(args.out, trust_env=True))  # its environment: the one given
 
 
 def env_recipe(env: gymnasium.Env) -> str:

@@ -32,6 +32,7 @@ from utils_env import (
     game_name,
     is_atari,
     resolve_env_id,
+    saved_env_refusal,
 )
 from utils_model import NETWORKS, smallest_input
 from utils_run import MEMORY_FILE, REWARDS_FILE, CheckpointError, load_checkpoint, load_newest_checkpoint
@@ -449,7 +450,13 @@ def merge_saved(
 ) -> argparse.Namespace:
     """A saved configuration over the defaults (for options newer than the saved run), under the
     ``overridable`` options the user typed. Any other typed option must equal its saved value:
-    one that differs is refused with ``refusal`` rather than silently ignored."""
+    one that differs is refused with ``refusal`` rather than silently ignored. A saved environment that names code
+    is made only when the user names it again with --env (a run folder may come from anyone)."""
+    untrusted = saved_env_refusal(str(saved.get("env", "")))
+    if untrusted and "env" not in given:
+        parser.error(
+            f"{untrusted}: if you trust where the run came from, give --env again with its value (config.json's)"
+        )
     if "env" in given:  # compare game ids, not spellings
         with contextlib.suppress(ValueError):
             given["env"] = resolve_env_id(given["env"])

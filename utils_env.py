@@ -84,14 +84,10 @@ def resolve_env_id(name: str) -> str:
         except Exception as error:  # gymnasium raises several kinds for a spec it cannot read
             raise ValueError(f"not a gymnasium EnvSpec in JSON ({type(error).__name__}: {error})") from None
         return name
-    if ":" in name:
+    if ":" in name:  # imported only when made (make_gym_env): reading a saved run's name runs nothing
         module, _, attribute = name.partition(":")
-        try:
-            found = hasattr(importlib.import_module(module), attribute)
-        except ImportError as error:
-            raise ValueError(f"{name!r}: cannot import {module} ({error})") from None
-        if not found:
-            raise ValueError(f"{name!r}: module {module} has no {attribute}")
+        if not module or not attribute:
+            raise ValueError(f"{name!r}: module:Class names a module and what in it makes the environment")
         return name
     register_plugin_envs()
     if name in gym.registry:
@@ -117,6 +113,27 @@ def register_plugin_envs() -> None:
             entry.load()()
         except Exception as error:  # a broken package costs its own ids, not every other name's resolution
             warnings.warn(f"gymnasium environments of {entry.value} not registered: {error}", stacklevel=2)
+
+
+def env_code(env_id: str) -> list[str]:
+    """The code that making ``env_id`` imports and calls, as 'module:attr': a 'module:Class' itself, an EnvSpec's
+    entry point and those of its wrappers; none for an Atari game or a registered id. A saved run's environment
+    that names code is made only when the user names it again: a folder from elsewhere must not run code here."""
+    if not env_id.startswith("{"):
+        return [env_id] if ":" in env_id else []
+    try:
+        spec = json.loads(env_id)
+    except ValueError:  # gymnasium cannot read it either, so makes nothing of it
+        return []
+    wrappers = spec.get("additional_wrappers") if isinstance(spec, dict) else None
+    layers = [spec, *(wrappers if isinstance(wrappers, list) else [])]
+    return [str(layer["entry_point"]) for layer in layers if isinstance(layer, dict) and layer.get("entry_point")]
+
+
+def saved_env_refusal(env_id: str) -> str | None:
+    """Why a saved run's environment is not made unless the user names it (see ``env_code``), or None."""
+    code = env_code(env_id)
+    return f"the saved run's environment would import and call {', '.join(code)}" if code else None
 
 
 def is_atari(env_id: str) -> bool:
@@ -303,10 +320,18 @@ GYM_ENV_NOTE = (
 
 
 def make_gym_env(env_id: str, render_mode: str | None = None) -> gym.Env:
-    """The gymnasium environment of ``env_id`` (a registered id, 'module:Class' or an EnvSpec in JSON)."""
+    """The gymnasium environment of ``env_id`` (a registered id, 'module:Class' or an EnvSpec in JSON): this
+    imports and calls the code it names (``env_code``)."""
     if env_id.startswith("{"):
         spec: str | EnvSpec = EnvSpec.from_json(env_id)
     elif ":" in env_id:
+        module, _, attribute = env_id.partition(":")
+        try:
+            found = hasattr(importlib.import_module(module), attribute)
+        except ImportError as error:
+            raise ValueError(f"{env_id!r}: cannot import {module} ({error})") from None
+        if not found:
+            raise ValueError(f"{env_id!r}: module {module} has no {attribute}")
         spec = EnvSpec(id=game_name(env_id), entry_point=env_id)
     else:
         register_plugin_envs()

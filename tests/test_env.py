@@ -4,7 +4,7 @@ training and evaluation."""
 import numpy as np
 import pytest
 
-from utils_env import FRAME_SIZE, AtariEnv, EvaluationStopped, Player, evaluate, resolve_env_id
+from utils_env import FRAME_SIZE, AtariEnv, EvaluationStopped, Player, evaluate, make_gym_env, resolve_env_id
 from utils_memory import ReplayMemory
 from utils_types import NATURE_STACKS, StackRule
 
@@ -30,10 +30,13 @@ def test_unknown_game_names_close_matches():
         resolve_env_id("qwzx")
     with pytest.raises(ValueError, match=r"did you mean .*MinAtar/Breakout-v1"):  # registered by MinAtar's entry point
         resolve_env_id("MinAtar/Breakout-v9")
+    with pytest.raises(ValueError, match="':Env': module:Class names a module and what in it makes"):
+        resolve_env_id(":Env")
+    # A module:Class is imported only when made (a saved run's name is read without importing anything).
     with pytest.raises(ValueError, match="'utils_env:NoSuchEnv': module utils_env has no NoSuchEnv"):
-        resolve_env_id("utils_env:NoSuchEnv")
+        make_gym_env("utils_env:NoSuchEnv")
     with pytest.raises(ValueError, match="'no_such_module:Env': cannot import no_such_module"):
-        resolve_env_id("no_such_module:Env")
+        make_gym_env("no_such_module:Env")
 
 
 def area_resize(image: np.ndarray, size: int) -> np.ndarray:

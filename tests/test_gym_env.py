@@ -3,6 +3,7 @@
 
 import itertools
 import json
+import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -13,10 +14,10 @@ from gymnasium.wrappers import FrameStackObservation, TransformObservation
 
 import dqn
 import main
-from utils_config import parse_config
+from utils_config import build_parser, parse_config
 from utils_drl import Agent
 from utils_env import EvaluationStopped, FrameStack, GymEnv, frame_stacker, register_plugin_envs, resolve_env_id
-from utils_run import read_episodes
+from utils_run import read_episodes, save_checkpoint
 
 BaseEnv = pytest.importorskip("minatar.gym", reason="pip install minatar==1.0.15 (make install does)").BaseEnv
 
@@ -160,3 +161,48 @@ def test_a_stopped_evaluation_of_a_gymnasium_env_is_played_again_whole(tmp_path,
     again = main.run_evaluation(args, agent, 0, tmp_path, lambda: False, finished)
     assert (again.scores, again.steps) == (whole.scores, whole.steps)
     assert f"cannot go on after its {len(finished.scores)} finished games" in capsys.readouterr().out
+
+
+PLANTED_MODULE = """
+from pathlib import Path
+Path(__file__).with_name("imported").touch()  # what importing it did
+
+
+class Env:
+    pass
+"""
+
+
+def test_a_saved_environment_that_names_code_is_made_only_when_the_user_names_it(tmp_path, monkeypatch, capsys):
+    """A run folder from elsewhere whose saved env is an EnvSpec with entry point os:system (and a wrapper from a
+    module it ships), or a module:Class: --resume, --evaluate and dqn.load_agent import and call none of it, and say
+    in one line what it would import; given --env again (trust_env=True), it is made as before."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "planted.py").write_text(PLANTED_MODULE)
+    imported, ran = tmp_path / "imported", tmp_path / "the command ran"
+    spec = {
+        "id": "Innocent-v0", "entry_point": "os:system", "kwargs": {"command": f"touch '{ran}'"},
+        "additional_wrappers": [{"name": "W", "entry_point": "planted:Env", "kwargs": {}}],
+    }  # fmt: skip
+    run = tmp_path / "run"
+    run.mkdir()
+
+    def save_run(env: str) -> None:
+        config = {**vars(build_parser().parse_args([])), "env": env, "out": str(run)}
+        save_checkpoint(run / "model_001.pt", {"config": config, "run": {"step": 100}, "agent": {}})
+
+    for saved, named in [("planted:Env", "planted:Env"), (json.dumps(spec), "os:system, planted:Env")]:
+        save_run(saved)
+        for argv in (["--resume", str(run), "--steps", "200"], ["--evaluate", str(run / "model_001.pt")]):
+            with pytest.raises(SystemExit):
+                main.main(argv)
+            line = capsys.readouterr().err.strip().splitlines()[-1]
+            assert f"the saved run's environment would import and call {named}: if you trust" in line
+        with pytest.raises(ValueError, match=f"would import and call {named}: pass trust_env=True"):
+            dqn.load_agent(run)
+        assert resolve_env_id(saved) == saved  # reading the name (as a report does) imports nothing either
+        assert not imported.exists() and not ran.exists() and "planted" not in sys.modules
+    # Named by the user, the saved environment is made (here: the command runs).
+    with pytest.raises(SystemExit):
+        main.main(["--evaluate", str(run / "model_001.pt"), "--env", json.dumps(spec)])
+    assert ran.exists()
