@@ -35,11 +35,13 @@ from utils_env import (
     evaluate,
     is_atari,
     make_gym_env,
+    register_plugin_envs,
     saved_env_refusal,
 )
 from utils_run import load_checkpoint, load_newest_checkpoint
 
 gymnasium.register(id="dqn/Atari-v0", entry_point="utils_env:AtariGymEnv")
+register_plugin_envs()  # installed packages' ids (MinAtar's), which gymnasium.make does not load by itself
 OBSERVATION_SHAPE = (STACK_DEPTH, FRAME_SIZE, FRAME_SIZE)
 
 

@@ -2,6 +2,7 @@
 train with main.py's flags as arguments, gymnasium's checker and wrappers, and the install."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -150,3 +151,14 @@ def test_the_readme_counts_the_tests_of_this_suite():
     )  # fmt: skip
     cuda, total = re.search(r"(\d+)/(\d+) tests collected", collected.stdout).groups()
     assert f"{total} tests, {cuda} of which need a CUDA GPU" in (ROOT / "README.md").read_text()
+
+
+def test_importing_dqn_registers_the_ids_of_installed_packages(tmp_path):
+    """The README's `gymnasium.make("MinAtar/Breakout-v1")` after `import dqn`, in a fresh process."""
+    pytest.importorskip("minatar.gym", reason="pip install minatar==1.0.15 (make install does)")
+    code = "import dqn, gymnasium; print(gymnasium.make('MinAtar/Breakout-v1').observation_space.shape)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == "(10, 10, 4)", done.stderr
