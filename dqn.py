@@ -32,6 +32,7 @@ from utils_env import (
     AtariGymEnv,
     GymEnv,
     env_label,
+    episode_steps,
     evaluate,
     is_atari,
     make_gym_env,
@@ -101,13 +102,13 @@ class TrainedAgent:
     def make_env(self, seed: int = 0, render_mode: str | None = None, **overrides: Any) -> gymnasium.Env:
         """The run's game with the run's settings (``overrides`` change an Atari game's, e.g.
         sticky_actions=0.25, but not the actions the network chooses from); another gymnasium
-        environment as the run made it, its random state seeded with ``seed``."""
+        environment as the run made it (its episodes cut as the run's were), its random state seeded with ``seed``."""
         if self._gym_env is not None:
             if overrides:
                 raise ValueError(
                     f"{', '.join(overrides)}: Atari game settings; {env_label(self.config.env)} is not one"
                 )
-            env = make_gym_env(self.config.env, render_mode)
+            env = make_gym_env(self.config.env, render_mode, episode_steps(self.config.max_episode_frames))
             env.reset(seed=seed)  # gymnasium seeds at a reset: the episodes of later resets follow from it
             return env
         if overrides.get("full_action_space", self.config.full_action_space) != self.config.full_action_space:

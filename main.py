@@ -59,6 +59,7 @@ from utils_env import (
     GymEnv,
     Player,
     env_label,
+    episode_steps,
     evaluate,
     input_shape,
     is_atari,
@@ -625,8 +626,11 @@ def last_checkpoint(out: Path) -> str:
 
 def make_env(args: argparse.Namespace, seed: int, render: bool = False) -> AtariEnv | GymEnv:
     """The game of --env, seeded with ``seed``: an Atari game with the flags' settings, or a
-    gymnasium environment as it is made (``render``: it renders rgb_array images, for --render)."""
-    return AtariEnv(seed=seed, **env_options(args)) if is_atari(args.env) else GymEnv(args.env, seed, render)
+    gymnasium environment as it is made (``render``: it renders rgb_array images, for --render), its
+    episodes cut at --max-episode-frames / 4 steps."""
+    if is_atari(args.env):
+        return AtariEnv(seed=seed, **env_options(args))
+    return GymEnv(args.env, seed, render, episode_steps(args.max_episode_frames))
 
 
 def env_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -248,7 +248,12 @@ def build_parser() -> argparse.ArgumentParser:
     switch("--save-memory", f"also save the replay memory ({MEMORY_FILE}) at each checkpoint")
     # Preprocessing (Machado et al. 2018 protocol: --sticky-actions 0.25).
     add("--sticky-actions", type=float, default=0.0, help="probability of repeating the previous action")
-    add("--max-episode-frames", type=int, default=108_000, help="cut episodes after this many frames")
+    add(
+        "--max-episode-frames",
+        type=int,
+        default=108_000,
+        help="cut episodes after this many frames; another gymnasium environment's after this / 4 steps",
+    )
     add(
         "--noop-max",
         type=int,

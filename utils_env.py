@@ -36,7 +36,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium.envs.registration import EnvSpec
-from gymnasium.wrappers import FrameStackObservation
+from gymnasium.wrappers import FrameStackObservation, TimeLimit
 from PIL import Image
 from tqdm import tqdm
 
@@ -314,14 +314,22 @@ class EmulatorStateError(Exception):
 
 
 GYM_ENV_NOTE = (
-    "no-op starts, FIRE presses, lives, sticky actions (--sticky-actions), the frame limit and a resume within "
-    "a game are Atari's; this environment plays as it is made, and a resumed run starts a new episode"
+    "no-op starts, FIRE presses, lives, sticky actions (--sticky-actions) and a resume within a game are Atari's; "
+    "this environment plays as it is made, its episodes cut at --max-episode-frames / 4 steps, and a resumed run "
+    "starts a new episode"
 )
 
 
-def make_gym_env(env_id: str, render_mode: str | None = None) -> gym.Env:
-    """The gymnasium environment of ``env_id`` (a registered id, 'module:Class' or an EnvSpec in JSON): this
-    imports and calls the code it names (``env_code``)."""
+def episode_steps(max_episode_frames: int) -> int:
+    """The step limit of a gymnasium environment's episodes: --max-episode-frames in agent steps of an Atari
+    game's FRAME_SKIP frames (its 108,000 frames: 27,000 steps), so that an episode that never ends is cut."""
+    return max_episode_frames // FRAME_SKIP
+
+
+def make_gym_env(env_id: str, render_mode: str | None = None, max_steps: int | None = None) -> gym.Env:
+    """The gymnasium environment of ``env_id`` (a registered id, 'module:Class' or an EnvSpec in JSON), its
+    episodes cut after ``max_steps`` steps (gymnasium's TimeLimit, outermost); this imports and calls the code
+    ``env_id`` names (``env_code``)."""
     if env_id.startswith("{"):
         spec: str | EnvSpec = EnvSpec.from_json(env_id)
     elif ":" in env_id:
@@ -336,7 +344,8 @@ def make_gym_env(env_id: str, render_mode: str | None = None) -> gym.Env:
     else:
         register_plugin_envs()
         spec = env_id
-    return gym.make(spec, **({"render_mode": render_mode} if render_mode else {}))  # not every class takes one
+    env = gym.make(spec, **({"render_mode": render_mode} if render_mode else {}))  # not every class takes one
+    return TimeLimit(env, max_steps) if max_steps else env
 
 
 def frame_stacker(env: gym.Env) -> FrameStackObservation | None:
@@ -362,12 +371,13 @@ class GymEnv:
     are given to the agent channels first. When the environment stacks frames with gymnasium's
     ``FrameStackObservation`` (see ``frame_stacker``), a frame is its newest one and the agent's
     FrameStack rebuilds its stacks, so the replay memory keeps one frame per step; otherwise a frame
-    is the whole observation, with a stack of one. A lost life is never terminal here; emulator
+    is the whole observation, with a stack of one. Episodes are cut (truncated) after ``max_steps``
+    steps. A lost life is never terminal here; emulator
     state is not saved (``get_state`` holds nothing, ``set_state`` refuses).
     """
 
-    def __init__(self, env_id: str, seed: int, render: bool = False) -> None:
-        self.env = make_gym_env(env_id, "rgb_array" if render else None)
+    def __init__(self, env_id: str, seed: int, render: bool = False, max_steps: int | None = None) -> None:
+        self.env = make_gym_env(env_id, "rgb_array" if render else None, max_steps)
         self.env_id, self._seed = env_id, seed
         space, actions = self.env.observation_space, self.env.action_space
         if not isinstance(actions, gym.spaces.Discrete):

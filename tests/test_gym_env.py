@@ -40,7 +40,7 @@ def test_a_minatar_game_learns_from_the_command_line(tmp_path, capsys):
         == 0
     )
     out = capsys.readouterr().out
-    assert "Note: no-op starts, FIRE presses, lives, sticky actions (--sticky-actions), the frame limit" in out
+    assert "Note: no-op starts, FIRE presses, lives, sticky actions (--sticky-actions) and a resume" in out
     untrained, trained = scores(run)
     # A uniformly random paddle breaks about half a brick a game (the first games of episodes.csv).
     random_play = read_episodes(run / "episodes.csv")[:50, 1].mean()
@@ -206,3 +206,22 @@ def test_a_saved_environment_that_names_code_is_made_only_when_the_user_names_it
     with pytest.raises(SystemExit):
         main.main(["--evaluate", str(run / "model_001.pt"), "--env", json.dumps(spec)])
     assert ran.exists()
+
+
+def test_an_environment_that_never_ends_is_cut_at_the_frame_limit(tmp_path):
+    """--max-episode-frames / 4 steps for a gymnasium environment (it was ignored: the first evaluation hung)."""
+    argv = ["--env", "gym_envs:Endless", "--network", "minatar", "--max-episode-frames", "400", "--threads", "1",
+            "--learning-starts", "100", "--memory-size", "1000", "--eval-episodes", "1"]  # fmt: skip
+    args, _ = parse_config([*argv, "--out", str(tmp_path / "run")])
+    env = main.make_env(args, 0)
+    env.reset()
+    ends = [env.step(0) for _ in range(100)]
+    assert [step.truncated for step in ends] == [False] * 99 + [True] and not any(step.terminated for step in ends)
+    run = tmp_path / "run"
+    assert main.main([*argv, "--steps", "300", "--eval-every", "300", "--out", str(run)]) == 0
+    assert [line.split()[2] for line in (run / "rewards.txt").read_text().splitlines()] == ["100.0", "100.0"]
+    assert read_episodes(run / "episodes.csv")[:, 2].tolist() == [100, 100, 100]  # lengths of the training games
+    assert len(dqn.load_agent(run, trust_env=True).evaluate(episodes=1)) == 1
+    env = dqn.load_agent(run, trust_env=True).make_env()
+    env.reset()
+    assert [env.step(0)[3] for _ in range(100)][-2:] == [False, True]
