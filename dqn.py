@@ -79,12 +79,8 @@ class TrainedAgent:
             raise ValueError(
                 f"an observation is a {self.observation_shape} array (make_env's), got shape {frames.shape}"
             )
-        if not 0.0 <= epsilon <= 1.0:  # also refuses nan
-            raise ValueError(f"epsilon must be within [0, 1], got {epsilon}")
-        if self._gym_env is not None:
-            dtype = self._gym_env.env.observation_space.dtype
-            if frames.dtype != dtype:
-                raise ValueError(f"an observation holds {dtype} values, got {frames.dtype}")
+        check_epsilon(epsilon)
+        if self._gym_env is not None:  # (which refuses values off the observation space's dtype and range)
             return self._agent.act(self._gym_env.state(frames), epsilon, self._rng)
         if frames.dtype != np.uint8:
             whole = np.issubdtype(frames.dtype, np.number) and np.array_equal(frames, np.round(frames))
@@ -122,13 +118,20 @@ class TrainedAgent:
         """Whole games with the run's evaluation protocol (its --eval-epsilon unless given): their raw scores."""
         if not isinstance(episodes, int) or episodes < 1:
             raise ValueError(f"episodes must be a whole number of 1 or more, got {episodes!r}")
-        env = main.make_env(self.config, seed)
         epsilon = self.config.eval_epsilon if epsilon is None else epsilon
+        check_epsilon(epsilon)
+        env = main.make_env(self.config, seed)
         return evaluate(self._act_on_state, env, episodes, epsilon, stack_rule=main.stack_rule(self.config, env)).scores
 
     def _act_on_state(self, state: np.ndarray, epsilon: float) -> int:
         """``act`` on a state the agent's own frame stack built (not a gymnasium observation)."""
         return self._agent.act(state, epsilon, self._rng)
+
+
+def check_epsilon(epsilon: float) -> None:
+    """ValueError unless ``epsilon`` is a probability (nan included)."""
+    if not 0.0 <= epsilon <= 1.0:
+        raise ValueError(f"epsilon must be within [0, 1], got {epsilon}")
 
 
 def load_agent(path: str | Path, device: str = "auto", trust_env: bool = False) -> TrainedAgent:

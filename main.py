@@ -57,6 +57,7 @@ from utils_env import (
     EmulatorStateError,
     EvaluationStopped,
     GymEnv,
+    ObservationError,
     Player,
     env_label,
     episode_steps,
@@ -200,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as error:
             print(f"{program('main.py')}: error: {describe_os_error(error)}", file=sys.stderr, flush=True)
             return 1
+        except ObservationError as error:
+            print(f"{program('main.py')}: error: {error}", file=sys.stderr, flush=True)
+            return 1
     return train(args, checkpoint).exit_code
 
 
@@ -262,6 +266,8 @@ def train(args: argparse.Namespace, checkpoint: dict[str, Any] | None) -> TrainS
         message = f"{error}; {last_checkpoint(out)}"
     except (RunFolderError, RunLogError) as error:
         message = str(error)
+    except ObservationError as error:
+        message = f"{error}; {last_checkpoint(out)}"
     except OSError as error:
         message = describe_os_error(error)
     print(f"{program('main.py')}: error: {message}", file=sys.stderr, flush=True)

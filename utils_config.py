@@ -565,6 +565,11 @@ def check_gym_env(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     name = env_label(args.env)
     if args.actors:
         parser.error(f"--actors: Ape-X plays Atari games only, {name} is a gymnasium environment")
+    if args.sticky_actions and args.resume is None:  # (a resume keeps what an older run recorded, as it did)
+        parser.error(
+            f"--sticky-actions {args.sticky_actions}: sticky actions are the Atari emulator's, {name} is a gymnasium "
+            "environment, which plays as it is made"
+        )
     try:
         _, frame_shape = env_layout(args.env)
     except ValueError as error:

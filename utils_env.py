@@ -313,8 +313,12 @@ class EmulatorStateError(Exception):
     """A saved game state that cannot be restored; the message says why."""
 
 
+class ObservationError(ValueError):
+    """A gymnasium environment gave an observation that is not what its observation space declares."""
+
+
 GYM_ENV_NOTE = (
-    "no-op starts, FIRE presses, lives, sticky actions (--sticky-actions) and a resume within a game are Atari's; "
+    "no-op starts, FIRE presses, lives and a resume within a game are Atari's; "
     "this environment plays as it is made, its episodes cut at --max-episode-frames / 4 steps, and a resumed run "
     "starts a new episode"
 )
@@ -368,7 +372,10 @@ class GymEnv:
 
     Observations are uint8 or bool (read as 0 and 255) arrays of 2 axes (one grayscale frame) or 3
     (channels last when the last axis is the smallest, as MinAtar's 10x10x4, else first); frames
-    are given to the agent channels first. When the environment stacks frames with gymnasium's
+    are given to the agent channels first. A uint8 space whose pixels go up to less than 255 (a
+    ``Box(0, 1)`` binary image) is scaled to 0-255, as bool frames are read, since the network
+    takes 255 as white; an observation off its space's dtype or above its range raises
+    ObservationError rather than being cast (float [0, 1) to zeros, int64 modulo 256). When the environment stacks frames with gymnasium's
     ``FrameStackObservation`` (see ``frame_stacker``), a frame is its newest one and the agent's
     FrameStack rebuilds its stacks, so the replay memory keeps one frame per step; otherwise a frame
     is the whole observation, with a stack of one. Episodes are cut (truncated) after ``max_steps``
@@ -395,20 +402,42 @@ class GymEnv:
         self._channels_last = len(shape) == 3 and shape[-1] < min(shape[:2])
         self.frame_shape: tuple[int, ...] = (shape[2], *shape[:2]) if self._channels_last else tuple(shape)
         self._stacked = stacker is not None
+        self._dtype = space.dtype
+        self._brightest = int(space.high.max()) if space.dtype == np.uint8 else 1
+        self._scale = 255 // max(self._brightest, 1) if space.dtype == np.uint8 else 1
 
     def frame(self, observation: np.ndarray) -> np.ndarray:
         """The newest frame of an observation, as the replay memory keeps it."""
+        observation = self._checked(observation)
         return self._convert(observation[-1] if self._stacked else observation)
 
     def state(self, observation: np.ndarray) -> np.ndarray:
         """A whole observation as the agent's state: (stack depth, *frame_shape)."""
+        observation = self._checked(observation)
         return np.stack([self._convert(frame) for frame in (observation if self._stacked else [observation])])
+
+    def _checked(self, observation: np.ndarray) -> np.ndarray:
+        """``observation`` as an array, when it holds what the observation space declares."""
+        observation = np.asarray(observation)
+        name = env_label(self.env_id)
+        if observation.dtype != self._dtype:
+            raise ObservationError(
+                f"{name} gave an observation of {observation.dtype} values, its observation_space declares "
+                f"{self._dtype}: give {self._dtype} ones (a cast would change them silently)"
+            )
+        if self._scale > 1 and observation.max() > self._brightest:  # scaled, it would wrap around 255
+            raise ObservationError(
+                f"{name} gave an observation with a pixel of {observation.max()}, above the {self._brightest} "
+                "its observation_space declares"
+            )
+        return observation
 
     def _convert(self, frame: np.ndarray) -> np.ndarray:
         """One observed frame as the agent's uint8, channels first."""
-        frame = np.asarray(frame)
         if frame.dtype == np.bool_:
             frame = frame.view(np.uint8) * np.uint8(255)
+        elif self._scale > 1:
+            frame = frame * np.uint8(self._scale)
         return np.ascontiguousarray(frame.transpose(2, 0, 1) if self._channels_last else frame)
 
     def reset(self) -> np.ndarray:
@@ -439,12 +468,13 @@ class GymEnv:
 @functools.cache
 def env_layout(env: str) -> tuple[int, tuple[int, ...]]:
     """The stack depth and frame shape of the states of ``env`` (any name ``resolve_env_id`` takes; a
-    gymnasium environment is made once to know them); ValueError, or whatever making it raises, when
-    it cannot be played."""
+    gymnasium environment is made and reset once to know them, and its first observation checked);
+    ValueError, or whatever making it raises, when it cannot be played."""
     env_id = resolve_env_id(env)  # 'Breakout' is the Atari game, not what gymnasium.make('Breakout') makes
     if is_atari(env_id):
         return AtariEnv.stack_depth, AtariEnv.frame_shape
     game = GymEnv(env_id, seed=0)
+    game.reset()
     game.env.close()
     return game.stack_depth, game.frame_shape
 

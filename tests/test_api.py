@@ -46,6 +46,8 @@ def test_train_load_and_act_in_three_lines(tmp_path):
     for epsilon in (2.0, -1.0, float("nan")):
         with pytest.raises(ValueError, match="epsilon must be within"):
             agent.act(observation, epsilon)
+        with pytest.raises(ValueError, match=r"^epsilon must be within \[0, 1\], got"):
+            agent.evaluate(episodes=1, epsilon=epsilon)
     with pytest.raises(ValueError, match="episodes must be a whole number of 1 or more, got -1"):
         agent.evaluate(episodes=-1)
     with pytest.raises(ValueError, match="full_action_space: the network chooses among the actions it was trained on"):

@@ -10,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from gymnasium.envs.registration import EnvSpec
 from gymnasium.wrappers import FrameStackObservation, TransformObservation
 
 import dqn
@@ -225,3 +226,38 @@ def test_an_environment_that_never_ends_is_cut_at_the_frame_limit(tmp_path):
     env = dqn.load_agent(run, trust_env=True).make_env()
     env.reset()
     assert [env.step(0)[3] for _ in range(100)][-2:] == [False, True]
+
+
+def frames_env(**kwargs) -> str:
+    """--env for tests/gym_envs.py's Frames with these arguments: its spec in JSON."""
+    return EnvSpec(id="Frames-v0", entry_point="gym_envs:Frames", kwargs=kwargs).to_json()
+
+
+def test_observations_are_read_as_declared_or_refused_in_one_line(tmp_path, capsys):
+    """A Box(0, 1) uint8 image is scaled to 0-255, as bool frames are (it was read as a near-black one); an
+    observation off its space's dtype (float [0, 1) was cast to zeros, int64 modulo 256) or above its range is
+    refused in one line, the first one before anything is written; --sticky-actions, which did nothing, too."""
+    binary, levels = GymEnv(frames_env(high=1), 0), GymEnv(frames_env(high=3), 0)
+    assert (binary.reset().max(), binary.step(0).frame.max()) == (0, 255)
+    assert (levels.reset().max(), levels.step(0).frame.max(), levels.step(0).frame.max()) == (0, 85, 170)
+    common = ["--network", "minatar", "--learning-starts", "100", "--memory-size", "1000", "--threads", "1",
+              "--steps", "200", "--eval-every", "200", "--eval-episodes", "1", "--max-episode-frames", "400"]  # fmt: skip
+
+    def error_line(env: str, *argv: str) -> str:
+        with pytest.raises(SystemExit):
+            main.main(["--env", env, *common, *argv, "--out", str(tmp_path / "run")])
+        return capsys.readouterr().err.strip().splitlines()[-1]
+
+    for given in ("float32", "int64"):
+        line = error_line(frames_env(given=given))
+        assert line.endswith(f"Frames-v0 gave an observation of {given} values, its observation_space declares uint8: "
+                             "give uint8 ones (a cast would change them silently)")  # fmt: skip
+    assert error_line("gym_envs:Endless", "--sticky-actions", "0.25").endswith(
+        "--sticky-actions 0.25: sticky actions are the Atari emulator's, gym_envs:Endless is a gymnasium environment, "
+        "which plays as it is made"
+    )
+    assert not (tmp_path / "run").exists()
+    # Later in a game: the step that gives it ends the run in one line.
+    assert main.main(["--env", frames_env(high=1, period=3), *common, "--out", str(tmp_path / "run")]) == 1
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "Frames-v0 gave an observation with a pixel of 2, above the 1 its observation_space declares; " in line
