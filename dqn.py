@@ -155,6 +155,8 @@ def train(**options: Any) -> TrainedRun:
     ``gymnasium.make`` made (wrappers included: its spec, saved in the run's config, makes new ones
     for evaluations and resumes). Bad options raise ValueError with main.py's one line; a failed or
     stopped run raises RuntimeError."""
+    if options.get("evaluate") is not None:
+        raise ValueError("evaluate: dqn.train trains; to play a checkpoint, dqn.load_agent(path).evaluate()")
     if isinstance(options.get("env"), gymnasium.Env):
         options["env"] = env_recipe(options["env"])
     switches = {action.dest for action in build_parser()._actions if isinstance(action, argparse.BooleanOptionalAction)}
@@ -195,5 +197,8 @@ def env_recipe(env: gymnasium.Env) -> str:
         pass
     try:
         return spec.to_json()
-    except ValueError as error:
-        raise ValueError(f"env: its spec cannot be saved to make it again ({error})") from None
+    except (TypeError, ValueError) as error:  # an argument JSON cannot hold: a function, an array, an object
+        raise ValueError(
+            f"env: its spec cannot be saved to make it again ({error}); a wrapper given a function "
+            "(TransformObservation's) can be a class of your own, in a module: env='module:Class'"
+        ) from None

@@ -336,6 +336,8 @@ def make_gym_env(env_id: str, render_mode: str | None = None, max_steps: int | N
     ``env_id`` names (``env_code``)."""
     if env_id.startswith("{"):
         spec: str | EnvSpec = EnvSpec.from_json(env_id)
+        for wrapper in spec.additional_wrappers:  # JSON wrote their tuples (ResizeObservation's shape) as arrays
+            wrapper.kwargs = as_tuples(wrapper.kwargs)
     elif ":" in env_id:
         module, _, attribute = env_id.partition(":")
         try:
@@ -350,6 +352,16 @@ def make_gym_env(env_id: str, render_mode: str | None = None, max_steps: int | N
         spec = env_id
     env = gym.make(spec, **({"render_mode": render_mode} if render_mode else {}))  # not every class takes one
     return TimeLimit(env, max_steps) if max_steps else env
+
+
+def as_tuples(value: Any) -> Any:
+    """``value`` with its lists, at any depth, as tuples: gymnasium's wrappers take tuples (a shape), which a
+    spec's JSON gives back as lists."""
+    if isinstance(value, list):
+        return tuple(as_tuples(item) for item in value)
+    if isinstance(value, dict):
+        return {key: as_tuples(item) for key, item in value.items()}
+    return value
 
 
 def frame_stacker(env: gym.Env) -> FrameStackObservation | None:

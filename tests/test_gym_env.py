@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from gymnasium.envs.registration import EnvSpec
-from gymnasium.wrappers import FrameStackObservation, TransformObservation
+from gymnasium.wrappers import FrameStackObservation, ResizeObservation, TransformObservation
 
 import dqn
 import main
@@ -41,7 +41,7 @@ def test_a_minatar_game_learns_from_the_command_line(tmp_path, capsys):
         == 0
     )
     out = capsys.readouterr().out
-    assert "Note: no-op starts, FIRE presses, lives, sticky actions (--sticky-actions) and a resume" in out
+    assert "Note: no-op starts, FIRE presses, lives and a resume within a game are Atari's" in out
     untrained, trained = scores(run)
     # A uniformly random paddle breaks about half a brick a game (the first games of episodes.csv).
     random_play = read_episodes(run / "episodes.csv")[:50, 1].mean()
@@ -261,3 +261,18 @@ def test_observations_are_read_as_declared_or_refused_in_one_line(tmp_path, caps
     assert main.main(["--env", frames_env(high=1, period=3), *common, "--out", str(tmp_path / "run")]) == 1
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert "Frames-v0 gave an observation with a pixel of 2, above the 1 its observation_space declares; " in line
+
+
+def test_wrapped_environment_objects_train_or_are_refused_in_one_line(tmp_path):
+    """ResizeObservation's shape comes back from the spec's JSON as a list, which it refused; a wrapper given a
+    function (TransformObservation's lambda) cannot be saved: one line, not a TypeError; nor is dqn.train(evaluate=)."""
+    base = gym.make(EnvSpec(id="Frames-v0", entry_point="gym_envs:Frames", kwargs={"length": 50}))
+    options = {"network": "minatar", "learning_starts": 100, "memory_size": 1000, "eval_episodes": 1, "threads": 1}
+    run, agent = dqn.train(env=ResizeObservation(base, (12, 12)), steps=150, eval_every=150, out=tmp_path / "run",
+                           **options)  # fmt: skip
+    assert agent.make_env().reset()[0].shape == (12, 12) and len(scores(run)) == 2
+    with pytest.raises(ValueError, match=r"^env: its spec cannot be saved to make it again \(Object of type function"):
+        dqn.train(env=TransformObservation(base, lambda o: o, base.observation_space), out=tmp_path / "bad")
+    with pytest.raises(ValueError, match=r"^evaluate: dqn.train trains; to play a checkpoint, dqn.load_agent"):
+        dqn.train(evaluate=str(run / "model_001.pt"))
+    assert not (tmp_path / "bad").exists()
