@@ -27,6 +27,7 @@ from utils_env import (
     FRAME_SKIP,
     NOOP_UNITS,
     STACK_DEPTH,
+    ale_id_note,
     env_label,
     env_layout,
     game_name,
@@ -208,7 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--env",
         default="Breakout",
-        help="Atari game name (Breakout, pong, space_invaders) or ALE id (ALE/Breakout-v5); or any other gymnasium "
+        help="Atari game name (Breakout, pong, space_invaders) or ALE id (ALE/Breakout-v5: the game, played with these "
+        "flags; v5's sticky actions are --sticky-actions 0.25); or any other gymnasium "
         "environment with image observations and discrete actions: a registered id (MinAtar/Breakout-v1) or "
         "module:Class",
     )
@@ -389,8 +391,12 @@ def parse_config(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, 
         step = checkpoint["run"]["step"]
         if args.steps < step or (args.steps == step and not checkpoint["run"].get("evaluation_due", False)):
             parser.error(f"--steps {args.steps} must exceed the checkpoint's step {step}")
+    typed_env = args.env
     check_values(parser, args)
     check_training(parser, args, resuming=checkpoint is not None)
+    ale_note = ale_id_note(typed_env, args.sticky_actions, args.full_action_space) if checkpoint is None else None
+    if ale_note:
+        print(f"Note: {ale_note}", flush=True)
     if checkpoint is not None:
         due = ""
         if checkpoint["run"].get("evaluation_due", False):

@@ -104,6 +104,38 @@ def resolve_env_id(name: str) -> str:
     )
 
 
+def ale_id_note(typed: str, sticky_actions: float, full_action_space: bool) -> str | None:
+    """For ``--env`` given as one of ALE's registered ids (ALE/Breakout-v5, Breakout-v0): it names the game alone,
+    which this program plays with its own preprocessing and flags (recorded as ALE/<Game>-v5 all the same); the
+    flags that give the sticky actions and action set ALE registers the id with, where they differ. None for a
+    game's name, or when they agree."""
+    spec = gym.registry.get(typed)
+    if spec is None or spec.entry_point != ALE_ENTRY_POINT:
+        return None
+    sticky = spec.kwargs.get("repeat_action_probability", 0.25)  # ale-py's AtariEnv defaults
+    full = spec.kwargs.get("full_action_space", False)
+
+    def action_set(full: bool) -> tuple[str, str]:
+        return (
+            ("all 18 actions", "--full-action-space") if full else ("the game's own actions", "--no-full-action-space")
+        )
+
+    differences = []  # (as ALE registers it, its flag, this run's flag)
+    if sticky != sticky_actions:
+        differences.append(
+            (f"sticky actions {sticky}", f"--sticky-actions {sticky}", f"--sticky-actions {sticky_actions}")
+        )
+    if full != full_action_space:
+        differences.append((*action_set(full), action_set(full_action_space)[1]))
+    if not differences:
+        return None
+    registered, flags, ours = (" and ".join(part) for part in zip(*differences, strict=True))
+    return (
+        f"--env {typed} names the game {game_name(resolve_env_id(typed))} alone, played with this program's settings "
+        f"({ours}); ALE registers {typed} with {registered}: add {flags} for that protocol"
+    )
+
+
 @functools.cache
 def register_plugin_envs() -> None:
     """Register the ids that installed packages declare for gymnasium (MinAtar's, for one): gymnasium

@@ -4,6 +4,7 @@ training and evaluation."""
 import numpy as np
 import pytest
 
+from utils_config import parse_config
 from utils_env import FRAME_SIZE, AtariEnv, EvaluationStopped, Player, evaluate, make_gym_env, resolve_env_id
 from utils_memory import ReplayMemory
 from utils_types import NATURE_STACKS, StackRule
@@ -250,3 +251,30 @@ def test_a_stopped_evaluation_goes_on_from_its_finished_games_as_if_never_stoppe
     assert resumed.scores == straight.scores and resumed.steps == straight.steps
     assert later_acts == acts[finished.steps :]  # the finished games are not played again
     assert rng.bit_generator.state == drawn_after
+
+
+def test_an_ale_id_names_the_game_and_the_note_says_which_flags_give_its_protocol(tmp_path, capsys):
+    """ALE/Breakout-v5 is the game Breakout played with this program's flags (the committed runs' config.json record
+    such ids, meaning exactly that): a new run given the id says which flags give what ALE registers it with."""
+    small = ["--memory-size", "1000", "--learning-starts", "100", "--out", str(tmp_path / "run")]
+    for argv, note in [
+        (
+            ["--env", "ALE/Breakout-v5"],
+            "ALE registers ALE/Breakout-v5 with sticky actions 0.25: add --sticky-actions 0.25",
+        ),
+        (["--env", "Pong-v0", "--full-action-space"], "add --sticky-actions 0.25 and --no-full-action-space for"),
+        (["--env", "ALE/Pong-v5", "--sticky-actions", "0.25"], None),  # v5's protocol
+        (["--env", "BreakoutNoFrameskip-v4"], None),  # registered without sticky actions
+        (["--env", "Breakout"], None),
+        ([], None),  # python main.py
+    ]:
+        args, _ = parse_config([*argv, *small])
+        out = capsys.readouterr().out
+        assert args.env in ("ALE/Breakout-v5", "ALE/Pong-v5") and args.sticky_actions == (0.25 if "0.25" in argv else 0)
+        assert (note in out) if note else ("Note: --env" not in out), (argv, out)
+    parse_config(["--env", "ALE/Breakout-v5", *small])
+    assert (
+        "Note: --env ALE/Breakout-v5 names the game Breakout alone, played with this program's settings "
+        + ("(--sticky-actions 0.0); ALE registers")
+        in capsys.readouterr().out
+    )
