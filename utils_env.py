@@ -463,16 +463,15 @@ class GymEnv:
     def _checked(self, observation: np.ndarray) -> np.ndarray:
         """``observation`` as an array, when it holds what the observation space declares."""
         observation = np.asarray(observation)
-        name = env_label(self.env_id)
         if observation.dtype != self._dtype:
             raise ObservationError(
-                f"{name} gave an observation of {observation.dtype} values, its observation_space declares "
-                f"{self._dtype}: give {self._dtype} ones (a cast would change them silently)"
+                f"{env_label(self.env_id)} gave an observation of {observation.dtype} values, its observation_space "
+                f"declares {self._dtype}: give {self._dtype} ones (a cast would change them silently)"
             )
         if self._scale > 1 and observation.max() > self._brightest:  # scaled, it would wrap around 255
             raise ObservationError(
-                f"{name} gave an observation with a pixel of {observation.max()}, above the {self._brightest} "
-                "its observation_space declares"
+                f"{env_label(self.env_id)} gave an observation with a pixel of {observation.max()}, above the "
+                f"{self._brightest} its observation_space declares"
             )
         return observation
 
