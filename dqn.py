@@ -26,19 +26,36 @@ import numpy as np
 import main
 from utils_config import build_parser, device_problem, parse_config, pick_device
 from utils_drl import Agent
-from utils_env import FRAME_SIZE, STACK_DEPTH, AtariGymEnv, GymEnv, env_label, evaluate, is_atari, make_gym_env
+from utils_env import (
+    FRAME_SIZE,
+    STACK_DEPTH,
+    AtariGymEnv,
+    GymEnv,
+    env_label,
+    episode_steps,
+    evaluate,
+    is_atari,
+    make_gym_env,
+    register_plugin_envs,
+    saved_env_refusal,
+)
 from utils_run import load_checkpoint, load_newest_checkpoint
 
 gymnasium.register(id="dqn/Atari-v0", entry_point="utils_env:AtariGymEnv")
+register_plugin_envs()  # installed packages' ids (MinAtar's), which gymnasium.make does not load by itself
 OBSERVATION_SHAPE = (STACK_DEPTH, FRAME_SIZE, FRAME_SIZE)
 
 
 class TrainedAgent:
-    """A checkpoint's network, acting on the observations of its environment (``make_env``)."""
+    """A checkpoint's network, acting on the observations of its environment (``make_env``). An environment that
+    names code (``module:Class``, an environment object's spec) is made only with ``trust_env=True``."""
 
-    def __init__(self, checkpoint: dict[str, Any], device: str = "auto") -> None:
+    def __init__(self, checkpoint: dict[str, Any], device: str = "auto", trust_env: bool = False) -> None:
         defaults = vars(build_parser().parse_args([]))
         self.config = argparse.Namespace(**{**defaults, **checkpoint["config"]})  # options newer than the run: defaults
+        untrusted = saved_env_refusal(str(self.config.env))
+        if untrusted and trust_env is not True:
+            raise ValueError(f"{untrusted}: pass trust_env=True if you trust where the checkpoint came from")
         self.step: int = checkpoint["run"]["step"]
         game = main.make_env(self.config, 0)
         self.n_actions = game.n_actions
@@ -62,12 +79,8 @@ class TrainedAgent:
             raise ValueError(
                 f"an observation is a {self.observation_shape} array (make_env's), got shape {frames.shape}"
             )
-        if not 0.0 <= epsilon <= 1.0:  # also refuses nan
-            raise ValueError(f"epsilon must be within [0, 1], got {epsilon}")
-        if self._gym_env is not None:
-            dtype = self._gym_env.env.observation_space.dtype
-            if frames.dtype != dtype:
-                raise ValueError(f"an observation holds {dtype} values, got {frames.dtype}")
+        check_epsilon(epsilon)
+        if self._gym_env is not None:  # (which refuses values off the observation space's dtype and range)
             return self._agent.act(self._gym_env.state(frames), epsilon, self._rng)
         if frames.dtype != np.uint8:
             whole = np.issubdtype(frames.dtype, np.number) and np.array_equal(frames, np.round(frames))
@@ -85,13 +98,13 @@ class TrainedAgent:
     def make_env(self, seed: int = 0, render_mode: str | None = None, **overrides: Any) -> gymnasium.Env:
         """The run's game with the run's settings (``overrides`` change an Atari game's, e.g.
         sticky_actions=0.25, but not the actions the network chooses from); another gymnasium
-        environment as the run made it, its random state seeded with ``seed``."""
+        environment as the run made it (its episodes cut as the run's were), its random state seeded with ``seed``."""
         if self._gym_env is not None:
             if overrides:
                 raise ValueError(
                     f"{', '.join(overrides)}: Atari game settings; {env_label(self.config.env)} is not one"
                 )
-            env = make_gym_env(self.config.env, render_mode)
+            env = make_gym_env(self.config.env, render_mode, episode_steps(self.config.max_episode_frames))
             env.reset(seed=seed)  # gymnasium seeds at a reset: the episodes of later resets follow from it
             return env
         if overrides.get("full_action_space", self.config.full_action_space) != self.config.full_action_space:
@@ -105,8 +118,9 @@ class TrainedAgent:
         """Whole games with the run's evaluation protocol (its --eval-epsilon unless given): their raw scores."""
         if not isinstance(episodes, int) or episodes < 1:
             raise ValueError(f"episodes must be a whole number of 1 or more, got {episodes!r}")
-        env = main.make_env(self.config, seed)
         epsilon = self.config.eval_epsilon if epsilon is None else epsilon
+        check_epsilon(epsilon)
+        env = main.make_env(self.config, seed)
         return evaluate(self._act_on_state, env, episodes, epsilon, stack_rule=main.stack_rule(self.config, env)).scores
 
     def _act_on_state(self, state: np.ndarray, epsilon: float) -> int:
@@ -114,11 +128,19 @@ class TrainedAgent:
         return self._agent.act(state, epsilon, self._rng)
 
 
-def load_agent(path: str | Path, device: str = "auto") -> TrainedAgent:
-    """The agent of a checkpoint file (``model_NNN.pt``), or of a run folder's newest checkpoint."""
+def check_epsilon(epsilon: float) -> None:
+    """ValueError unless ``epsilon`` is a probability (nan included)."""
+    if not 0.0 <= epsilon <= 1.0:
+        raise ValueError(f"epsilon must be within [0, 1], got {epsilon}")
+
+
+def load_agent(path: str | Path, device: str = "auto", trust_env: bool = False) -> TrainedAgent:
+    """The agent of a checkpoint file (``model_NNN.pt``), or of a run folder's newest checkpoint. ``trust_env``:
+    make its environment even when that imports and calls code the checkpoint names (``module:Class``, a spec's
+    entry points), which ValueError refuses otherwise: a checkpoint may come from anyone."""
     path = Path(path)
     checkpoint = load_newest_checkpoint(path)[1] if path.is_dir() else load_checkpoint(path)
-    return TrainedAgent(checkpoint, device)
+    return TrainedAgent(checkpoint, device, trust_env)
 
 
 class TrainedRun(NamedTuple):
@@ -133,6 +155,8 @@ def train(**options: Any) -> TrainedRun:
     ``gymnasium.make`` made (wrappers included: its spec, saved in the run's config, makes new ones
     for evaluations and resumes). Bad options raise ValueError with main.py's one line; a failed or
     stopped run raises RuntimeError."""
+    if options.get("evaluate") is not None:
+        raise ValueError("evaluate: dqn.train trains; to play a checkpoint, dqn.load_agent(path).evaluate()")
     if isinstance(options.get("env"), gymnasium.Env):
         options["env"] = env_recipe(options["env"])
     switches = {action.dest for action in build_parser()._actions if isinstance(action, argparse.BooleanOptionalAction)}
@@ -154,7 +178,7 @@ def train(**options: Any) -> TrainedRun:
     summary = main.train(args, checkpoint)
     if summary.exit_code != 0:
         raise RuntimeError(f"training stopped with exit status {summary.exit_code}; its reason was printed above")
-    return TrainedRun(Path(args.out), load_agent(args.out))
+    return TrainedRun(Path(args.out), load_agent(args.out, trust_env=True))  # its environment: the one given
 
 
 def env_recipe(env: gymnasium.Env) -> str:
@@ -173,5 +197,8 @@ def env_recipe(env: gymnasium.Env) -> str:
         pass
     try:
         return spec.to_json()
-    except ValueError as error:
-        raise ValueError(f"env: its spec cannot be saved to make it again ({error})") from None
+    except (TypeError, ValueError) as error:  # an argument JSON cannot hold: a function, an array, an object
+        raise ValueError(
+            f"env: its spec cannot be saved to make it again ({error}); a wrapper given a function "
+            "(TransformObservation's) can be a class of your own, in a module: env='module:Class'"
+        ) from None

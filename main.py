@@ -63,8 +63,10 @@ from utils_env import (
     EmulatorStateError,
     EvaluationStopped,
     GymEnv,
+    ObservationError,
     Player,
     env_label,
+    episode_steps,
     evaluate,
     input_shape,
     is_atari,
@@ -204,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as error:
             print(f"{program('main.py')}: error: {describe_os_error(error)}", file=sys.stderr, flush=True)
             return 1
+        except ObservationError as error:
+            print(f"{program('main.py')}: error: {error}", file=sys.stderr, flush=True)
+            return 1
     return train(args, checkpoint).exit_code
 
 
@@ -267,6 +272,8 @@ def train(args: argparse.Namespace, checkpoint: dict[str, Any] | None) -> TrainS
         message = f"{error}; {last_checkpoint(out)}"
     except (RunFolderError, RunLogError) as error:
         message = str(error)
+    except ObservationError as error:
+        message = f"{error}; {last_checkpoint(out)}"
     except OSError as error:
         message = describe_os_error(error)
     print(f"{program('main.py')}: error: {message}", file=sys.stderr, flush=True)
@@ -641,8 +648,11 @@ def last_checkpoint(out: Path) -> str:
 
 def make_env(args: argparse.Namespace, seed: int, render: bool = False) -> AtariEnv | GymEnv:
     """The game of --env, seeded with ``seed``: an Atari game with the flags' settings, or a
-    gymnasium environment as it is made (``render``: it renders rgb_array images, for --render)."""
-    return AtariEnv(seed=seed, **env_options(args)) if is_atari(args.env) else GymEnv(args.env, seed, render)
+    gymnasium environment as it is made (``render``: it renders rgb_array images, for --render), its
+    episodes cut at --max-episode-frames / 4 steps."""
+    if is_atari(args.env):
+        return AtariEnv(seed=seed, **env_options(args))
+    return GymEnv(args.env, seed, render, episode_steps(args.max_episode_frames))
 
 
 def env_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -27,11 +27,13 @@ from utils_env import (
     FRAME_SKIP,
     NOOP_UNITS,
     STACK_DEPTH,
+    ale_id_note,
     env_label,
     env_layout,
     game_name,
     is_atari,
     resolve_env_id,
+    saved_env_refusal,
 )
 from utils_model import NETWORKS, smallest_input
 from utils_run import MEMORY_FILE, REWARDS_FILE, CheckpointError, load_checkpoint, load_newest_checkpoint
@@ -237,7 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--env",
         default="Breakout",
-        help="Atari game name (Breakout, pong, space_invaders) or ALE id (ALE/Breakout-v5); or any other gymnasium "
+        help="Atari game name (Breakout, pong, space_invaders) or ALE id (ALE/Breakout-v5: the game, played with these "
+        "flags; v5's sticky actions are --sticky-actions 0.25); or any other gymnasium "
         "environment with image observations and discrete actions: a registered id (MinAtar/Breakout-v1) or "
         "module:Class",
     )
@@ -277,7 +280,12 @@ def build_parser() -> argparse.ArgumentParser:
     switch("--save-memory", f"also save the replay memory ({MEMORY_FILE}) at each checkpoint")
     # Preprocessing (Machado et al. 2018 protocol: --sticky-actions 0.25).
     add("--sticky-actions", type=float, default=0.0, help="probability of repeating the previous action")
-    add("--max-episode-frames", type=int, default=108_000, help="cut episodes after this many frames")
+    add(
+        "--max-episode-frames",
+        type=int,
+        default=108_000,
+        help="cut episodes after this many frames; another gymnasium environment's after this / 4 steps",
+    )
     add(
         "--noop-max",
         type=int,
@@ -420,8 +428,12 @@ def parse_config(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, 
         step = checkpoint["run"]["step"]
         if args.steps < step or (args.steps == step and not checkpoint["run"].get("evaluation_due", False)):
             parser.error(f"--steps {args.steps} must exceed the checkpoint's step {step}")
+    typed_env = args.env
     check_values(parser, args)
     check_training(parser, args, resuming=checkpoint is not None)
+    ale_note = ale_id_note(typed_env, args.sticky_actions, args.full_action_space) if checkpoint is None else None
+    if ale_note:
+        print(f"Note: {ale_note}", flush=True)
     if checkpoint is not None:
         due = ""
         if checkpoint["run"].get("evaluation_due", False):
@@ -508,7 +520,13 @@ def merge_saved(
 ) -> argparse.Namespace:
     """A saved configuration over the defaults (for options newer than the saved run), under the
     ``overridable`` options the user typed. Any other typed option must equal its saved value:
-    one that differs is refused with ``refusal`` rather than silently ignored."""
+    one that differs is refused with ``refusal`` rather than silently ignored. A saved environment that names code
+    is made only when the user names it again with --env (a run folder may come from anyone)."""
+    untrusted = saved_env_refusal(str(saved.get("env", "")))
+    if untrusted and "env" not in given:
+        parser.error(
+            f"{untrusted}: if you trust where the run came from, give --env again with its value (config.json's)"
+        )
     if "env" in given:  # compare game ids, not spellings
         with contextlib.suppress(ValueError):
             given["env"] = resolve_env_id(given["env"])
@@ -612,6 +630,11 @@ def check_gym_env(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     name = env_label(args.env)
     if args.actors:
         parser.error(f"--actors: Ape-X plays Atari games only, {name} is a gymnasium environment")
+    if args.sticky_actions and args.resume is None:  # (a resume keeps what an older run recorded, as it did)
+        parser.error(
+            f"--sticky-actions {args.sticky_actions}: sticky actions are the Atari emulator's, {name} is a gymnasium "
+            "environment, which plays as it is made"
+        )
     try:
         _, frame_shape = env_layout(args.env)
     except ValueError as error:

@@ -36,7 +36,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium.envs.registration import EnvSpec
-from gymnasium.wrappers import FrameStackObservation
+from gymnasium.wrappers import FrameStackObservation, TimeLimit
 from PIL import Image
 from tqdm import tqdm
 
@@ -81,14 +81,10 @@ def resolve_env_id(name: str) -> str:
         except Exception as error:  # gymnasium raises several kinds for a spec it cannot read
             raise ValueError(f"not a gymnasium EnvSpec in JSON ({type(error).__name__}: {error})") from None
         return name
-    if ":" in name:
+    if ":" in name:  # imported only when made (make_gym_env): reading a saved run's name runs nothing
         module, _, attribute = name.partition(":")
-        try:
-            found = hasattr(importlib.import_module(module), attribute)
-        except ImportError as error:
-            raise ValueError(f"{name!r}: cannot import {module} ({error})") from None
-        if not found:
-            raise ValueError(f"{name!r}: module {module} has no {attribute}")
+        if not module or not attribute:
+            raise ValueError(f"{name!r}: module:Class names a module and what in it makes the environment")
         return name
     register_plugin_envs()
     if name in gym.registry:
@@ -125,6 +121,38 @@ def saved_env_id(env: str) -> str:
     return atari_id(env) or env
 
 
+def ale_id_note(typed: str, sticky_actions: float, full_action_space: bool) -> str | None:
+    """For ``--env`` given as one of ALE's registered ids (ALE/Breakout-v5, Breakout-v0): it names the game alone,
+    which this program plays with its own preprocessing and flags (recorded as ALE/<Game>-v5 all the same); the
+    flags that give the sticky actions and action set ALE registers the id with, where they differ. None for a
+    game's name, or when they agree."""
+    spec = gym.registry.get(typed)
+    if spec is None or spec.entry_point != ALE_ENTRY_POINT:
+        return None
+    sticky = spec.kwargs.get("repeat_action_probability", 0.25)  # ale-py's AtariEnv defaults
+    full = spec.kwargs.get("full_action_space", False)
+
+    def action_set(full: bool) -> tuple[str, str]:
+        return (
+            ("all 18 actions", "--full-action-space") if full else ("the game's own actions", "--no-full-action-space")
+        )
+
+    differences = []  # (as ALE registers it, its flag, this run's flag)
+    if sticky != sticky_actions:
+        differences.append(
+            (f"sticky actions {sticky}", f"--sticky-actions {sticky}", f"--sticky-actions {sticky_actions}")
+        )
+    if full != full_action_space:
+        differences.append((*action_set(full), action_set(full_action_space)[1]))
+    if not differences:
+        return None
+    registered, flags, ours = (" and ".join(part) for part in zip(*differences, strict=True))
+    return (
+        f"--env {typed} names the game {game_name(resolve_env_id(typed))} alone, played with this program's settings "
+        f"({ours}); ALE registers {typed} with {registered}: add {flags} for that protocol"
+    )
+
+
 @functools.cache
 def register_plugin_envs() -> None:
     """Register the ids that installed packages declare for gymnasium (MinAtar's, for one): gymnasium
@@ -134,6 +162,27 @@ def register_plugin_envs() -> None:
             entry.load()()
         except Exception as error:  # a broken package costs its own ids, not every other name's resolution
             warnings.warn(f"gymnasium environments of {entry.value} not registered: {error}", stacklevel=2)
+
+
+def env_code(env_id: str) -> list[str]:
+    """The code that making ``env_id`` imports and calls, as 'module:attr': a 'module:Class' itself, an EnvSpec's
+    entry point and those of its wrappers; none for an Atari game or a registered id. A saved run's environment
+    that names code is made only when the user names it again: a folder from elsewhere must not run code here."""
+    if not env_id.startswith("{"):
+        return [env_id] if ":" in env_id else []
+    try:
+        spec = json.loads(env_id)
+    except ValueError:  # gymnasium cannot read it either, so makes nothing of it
+        return []
+    wrappers = spec.get("additional_wrappers") if isinstance(spec, dict) else None
+    layers = [spec, *(wrappers if isinstance(wrappers, list) else [])]
+    return [str(layer["entry_point"]) for layer in layers if isinstance(layer, dict) and layer.get("entry_point")]
+
+
+def saved_env_refusal(env_id: str) -> str | None:
+    """Why a saved run's environment is not made unless the user names it (see ``env_code``), or None."""
+    code = env_code(env_id)
+    return f"the saved run's environment would import and call {', '.join(code)}" if code else None
 
 
 def is_atari(env_id: str) -> bool:
@@ -313,9 +362,14 @@ class EmulatorStateError(Exception):
     """A saved game state that cannot be restored; the message says why."""
 
 
+class ObservationError(ValueError):
+    """A gymnasium environment gave an observation that is not what its observation space declares."""
+
+
 GYM_ENV_NOTE = (
-    "no-op starts, FIRE presses, lives, sticky actions (--sticky-actions), the frame limit and a resume within "
-    "a game are Atari's; this environment plays as it is made, and a resumed run starts a new episode"
+    "no-op starts, FIRE presses, lives and a resume within a game are Atari's; "
+    "this environment plays as it is made, its episodes cut at --max-episode-frames / 4 steps, and a resumed run "
+    "starts a new episode"
 )
 
 ATARI_DEFAULTS_NOTE = (
@@ -324,16 +378,44 @@ ATARI_DEFAULTS_NOTE = (
 )
 
 
-def make_gym_env(env_id: str, render_mode: str | None = None) -> gym.Env:
-    """The gymnasium environment of ``env_id`` (a registered id, 'module:Class' or an EnvSpec in JSON)."""
+def episode_steps(max_episode_frames: int) -> int:
+    """The step limit of a gymnasium environment's episodes: --max-episode-frames in agent steps of an Atari
+    game's FRAME_SKIP frames (its 108,000 frames: 27,000 steps), so that an episode that never ends is cut."""
+    return max_episode_frames // FRAME_SKIP
+
+
+def make_gym_env(env_id: str, render_mode: str | None = None, max_steps: int | None = None) -> gym.Env:
+    """The gymnasium environment of ``env_id`` (a registered id, 'module:Class' or an EnvSpec in JSON), its
+    episodes cut after ``max_steps`` steps (gymnasium's TimeLimit, outermost); this imports and calls the code
+    ``env_id`` names (``env_code``)."""
     if env_id.startswith("{"):
         spec: str | EnvSpec = EnvSpec.from_json(env_id)
+        for wrapper in spec.additional_wrappers:  # JSON wrote their tuples (ResizeObservation's shape) as arrays
+            wrapper.kwargs = as_tuples(wrapper.kwargs)
     elif ":" in env_id:
+        module, _, attribute = env_id.partition(":")
+        try:
+            found = hasattr(importlib.import_module(module), attribute)
+        except ImportError as error:
+            raise ValueError(f"{env_id!r}: cannot import {module} ({error})") from None
+        if not found:
+            raise ValueError(f"{env_id!r}: module {module} has no {attribute}")
         spec = EnvSpec(id=game_name(env_id), entry_point=env_id)
     else:
         register_plugin_envs()
         spec = env_id
-    return gym.make(spec, **({"render_mode": render_mode} if render_mode else {}))  # not every class takes one
+    env = gym.make(spec, **({"render_mode": render_mode} if render_mode else {}))  # not every class takes one
+    return TimeLimit(env, max_steps) if max_steps else env
+
+
+def as_tuples(value: Any) -> Any:
+    """``value`` with its lists, at any depth, as tuples: gymnasium's wrappers take tuples (a shape), which a
+    spec's JSON gives back as lists."""
+    if isinstance(value, list):
+        return tuple(as_tuples(item) for item in value)
+    if isinstance(value, dict):
+        return {key: as_tuples(item) for key, item in value.items()}
+    return value
 
 
 def frame_stacker(env: gym.Env) -> FrameStackObservation | None:
@@ -356,15 +438,19 @@ class GymEnv:
 
     Observations are uint8 or bool (read as 0 and 255) arrays of 2 axes (one grayscale frame) or 3
     (channels last when the last axis is the smallest, as MinAtar's 10x10x4, else first); frames
-    are given to the agent channels first. When the environment stacks frames with gymnasium's
+    are given to the agent channels first. A uint8 space whose pixels go up to less than 255 (a
+    ``Box(0, 1)`` binary image) is scaled to 0-255, as bool frames are read, since the network
+    takes 255 as white; an observation off its space's dtype or above its range raises
+    ObservationError rather than being cast (float [0, 1) to zeros, int64 modulo 256). When the environment stacks frames with gymnasium's
     ``FrameStackObservation`` (see ``frame_stacker``), a frame is its newest one and the agent's
     FrameStack rebuilds its stacks, so the replay memory keeps one frame per step; otherwise a frame
-    is the whole observation, with a stack of one. A lost life is never terminal here; emulator
+    is the whole observation, with a stack of one. Episodes are cut (truncated) after ``max_steps``
+    steps. A lost life is never terminal here; emulator
     state is not saved (``get_state`` holds nothing, ``set_state`` refuses).
     """
 
-    def __init__(self, env_id: str, seed: int, render: bool = False) -> None:
-        self.env = make_gym_env(env_id, "rgb_array" if render else None)
+    def __init__(self, env_id: str, seed: int, render: bool = False, max_steps: int | None = None) -> None:
+        self.env = make_gym_env(env_id, "rgb_array" if render else None, max_steps)
         self.env_id, self._seed = env_id, seed
         space, actions = self.env.observation_space, self.env.action_space
         if not isinstance(actions, gym.spaces.Discrete):
@@ -382,20 +468,41 @@ class GymEnv:
         self._channels_last = len(shape) == 3 and shape[-1] < min(shape[:2])
         self.frame_shape: tuple[int, ...] = (shape[2], *shape[:2]) if self._channels_last else tuple(shape)
         self._stacked = stacker is not None
+        self._dtype = space.dtype
+        self._brightest = int(space.high.max()) if space.dtype == np.uint8 else 1
+        self._scale = 255 // max(self._brightest, 1) if space.dtype == np.uint8 else 1
 
     def frame(self, observation: np.ndarray) -> np.ndarray:
         """The newest frame of an observation, as the replay memory keeps it."""
+        observation = self._checked(observation)
         return self._convert(observation[-1] if self._stacked else observation)
 
     def state(self, observation: np.ndarray) -> np.ndarray:
         """A whole observation as the agent's state: (stack depth, *frame_shape)."""
+        observation = self._checked(observation)
         return np.stack([self._convert(frame) for frame in (observation if self._stacked else [observation])])
+
+    def _checked(self, observation: np.ndarray) -> np.ndarray:
+        """``observation`` as an array, when it holds what the observation space declares."""
+        observation = np.asarray(observation)
+        if observation.dtype != self._dtype:
+            raise ObservationError(
+                f"{env_label(self.env_id)} gave an observation of {observation.dtype} values, its observation_space "
+                f"declares {self._dtype}: give {self._dtype} ones (a cast would change them silently)"
+            )
+        if self._scale > 1 and observation.max() > self._brightest:  # scaled, it would wrap around 255
+            raise ObservationError(
+                f"{env_label(self.env_id)} gave an observation with a pixel of {observation.max()}, above the "
+                f"{self._brightest} its observation_space declares"
+            )
+        return observation
 
     def _convert(self, frame: np.ndarray) -> np.ndarray:
         """One observed frame as the agent's uint8, channels first."""
-        frame = np.asarray(frame)
         if frame.dtype == np.bool_:
             frame = frame.view(np.uint8) * np.uint8(255)
+        elif self._scale > 1:
+            frame = frame * np.uint8(self._scale)
         return np.ascontiguousarray(frame.transpose(2, 0, 1) if self._channels_last else frame)
 
     def reset(self) -> np.ndarray:
@@ -426,12 +533,13 @@ class GymEnv:
 @functools.cache
 def env_layout(env: str) -> tuple[int, tuple[int, ...]]:
     """The stack depth and frame shape of the states of ``env`` (any name ``resolve_env_id`` takes; a
-    gymnasium environment is made once to know them); ValueError, or whatever making it raises, when
-    it cannot be played."""
+    gymnasium environment is made and reset once to know them, and its first observation checked);
+    ValueError, or whatever making it raises, when it cannot be played."""
     env_id = resolve_env_id(env)  # 'Breakout' is the Atari game, not what gymnasium.make('Breakout') makes
     if is_atari(env_id):
         return AtariEnv.stack_depth, AtariEnv.frame_shape
     game = GymEnv(env_id, seed=0)
+    game.reset()
     game.env.close()
     return game.stack_depth, game.frame_shape
 

@@ -46,6 +46,8 @@ def test_train_load_and_act_in_three_lines(tmp_path):
     for epsilon in (2.0, -1.0, float("nan")):
         with pytest.raises(ValueError, match="epsilon must be within"):
             agent.act(observation, epsilon)
+        with pytest.raises(ValueError, match=r"^epsilon must be within \[0, 1\], got"):
+            agent.evaluate(episodes=1, epsilon=epsilon)
     with pytest.raises(ValueError, match="episodes must be a whole number of 1 or more, got -1"):
         agent.evaluate(episodes=-1)
     with pytest.raises(ValueError, match="full_action_space: the network chooses among the actions it was trained on"):
@@ -188,3 +190,14 @@ def test_the_suites_time_is_the_readmes_alone():
     assert f"# the test suite, {fastest} to {int(slowest) + 1} minutes on 2 CPU cores" in readme
     tests_doc = (ROOT / "docs" / "tests.md").read_text()
     assert not re.search(r"\d+ tests|\d+ min \d+ s", tests_doc)
+
+
+def test_importing_dqn_registers_the_ids_of_installed_packages(tmp_path):
+    """The README's `gymnasium.make("MinAtar/Breakout-v1")` after `import dqn`, in a fresh process."""
+    pytest.importorskip("minatar.gym", reason="pip install minatar==1.0.15 (make install does)")
+    code = "import dqn, gymnasium; print(gymnasium.make('MinAtar/Breakout-v1').observation_space.shape)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == "(10, 10, 4)", done.stderr

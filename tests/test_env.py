@@ -4,7 +4,8 @@ training and evaluation."""
 import numpy as np
 import pytest
 
-from utils_env import FRAME_SIZE, AtariEnv, EvaluationStopped, Player, evaluate, resolve_env_id
+from utils_config import parse_config
+from utils_env import FRAME_SIZE, AtariEnv, EvaluationStopped, Player, evaluate, make_gym_env, resolve_env_id
 from utils_memory import ReplayMemory
 from utils_types import NATURE_STACKS, StackRule, StepResult
 
@@ -30,10 +31,13 @@ def test_unknown_game_names_close_matches():
         resolve_env_id("qwzx")
     with pytest.raises(ValueError, match=r"did you mean .*MinAtar/Breakout-v1"):  # registered by MinAtar's entry point
         resolve_env_id("MinAtar/Breakout-v9")
+    with pytest.raises(ValueError, match="':Env': module:Class names a module and what in it makes"):
+        resolve_env_id(":Env")
+    # A module:Class is imported only when made (a saved run's name is read without importing anything).
     with pytest.raises(ValueError, match="'utils_env:NoSuchEnv': module utils_env has no NoSuchEnv"):
-        resolve_env_id("utils_env:NoSuchEnv")
+        make_gym_env("utils_env:NoSuchEnv")
     with pytest.raises(ValueError, match="'no_such_module:Env': cannot import no_such_module"):
-        resolve_env_id("no_such_module:Env")
+        make_gym_env("no_such_module:Env")
 
 
 def area_resize(image: np.ndarray, size: int) -> np.ndarray:
@@ -270,3 +274,30 @@ def test_the_memory_holds_clipped_rewards_unless_told_not_to_and_scores_stay_the
     games = [player.step(0) for _ in range(4)]
     assert memory.rewards[:4].tolist() == [learned] * 4
     assert games[-1].score == 20.0 and games[-1].length == 4  # the game's own score either way
+
+
+def test_an_ale_id_names_the_game_and_the_note_says_which_flags_give_its_protocol(tmp_path, capsys):
+    """ALE/Breakout-v5 is the game Breakout played with this program's flags (the committed runs' config.json record
+    such ids, meaning exactly that): a new run given the id says which flags give what ALE registers it with."""
+    small = ["--memory-size", "1000", "--learning-starts", "100", "--out", str(tmp_path / "run")]
+    for argv, note in [
+        (
+            ["--env", "ALE/Breakout-v5"],
+            "ALE registers ALE/Breakout-v5 with sticky actions 0.25: add --sticky-actions 0.25",
+        ),
+        (["--env", "Pong-v0", "--full-action-space"], "add --sticky-actions 0.25 and --no-full-action-space for"),
+        (["--env", "ALE/Pong-v5", "--sticky-actions", "0.25"], None),  # v5's protocol
+        (["--env", "BreakoutNoFrameskip-v4"], None),  # registered without sticky actions
+        (["--env", "Breakout"], None),
+        ([], None),  # python main.py
+    ]:
+        args, _ = parse_config([*argv, *small])
+        out = capsys.readouterr().out
+        assert args.env in ("ALE/Breakout-v5", "ALE/Pong-v5") and args.sticky_actions == (0.25 if "0.25" in argv else 0)
+        assert (note in out) if note else ("Note: --env" not in out), (argv, out)
+    parse_config(["--env", "ALE/Breakout-v5", *small])
+    assert (
+        "Note: --env ALE/Breakout-v5 names the game Breakout alone, played with this program's settings "
+        + ("(--sticky-actions 0.0); ALE registers")
+        in capsys.readouterr().out
+    )

@@ -3,20 +3,22 @@
 
 import itertools
 import json
+import sys
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from gymnasium.wrappers import FrameStackObservation, TransformObservation
+from gymnasium.envs.registration import EnvSpec
+from gymnasium.wrappers import FrameStackObservation, ResizeObservation, TransformObservation
 
 import dqn
 import main
-from utils_config import parse_config
+from utils_config import build_parser, parse_config
 from utils_drl import Agent
 from utils_env import EvaluationStopped, FrameStack, GymEnv, frame_stacker, register_plugin_envs, resolve_env_id
-from utils_run import read_episodes
+from utils_run import read_episodes, save_checkpoint
 
 BaseEnv = pytest.importorskip("minatar.gym", reason="pip install minatar==1.0.15 (make install does)").BaseEnv
 
@@ -39,7 +41,7 @@ def test_a_minatar_game_learns_from_the_command_line(tmp_path, capsys):
         == 0
     )
     out = capsys.readouterr().out
-    assert "Note: no-op starts, FIRE presses, lives, sticky actions (--sticky-actions), the frame limit" in out
+    assert "Note: no-op starts, FIRE presses, lives and a resume within a game are Atari's" in out
     assert "Note: the defaults are Atari's" in out and "--preset minatar" in out  # none was given
     untrained, trained = scores(run)
     # A uniformly random paddle breaks about half a brick a game (the first games of episodes.csv).
@@ -161,3 +163,117 @@ def test_a_stopped_evaluation_of_a_gymnasium_env_is_played_again_whole(tmp_path,
     again = main.run_evaluation(args, agent, 0, tmp_path, lambda: False, finished)
     assert (again.scores, again.steps) == (whole.scores, whole.steps)
     assert f"cannot go on after its {len(finished.scores)} finished games" in capsys.readouterr().out
+
+
+PLANTED_MODULE = """
+from pathlib import Path
+Path(__file__).with_name("imported").touch()  # what importing it did
+
+
+class Env:
+    pass
+"""
+
+
+def test_a_saved_environment_that_names_code_is_made_only_when_the_user_names_it(tmp_path, monkeypatch, capsys):
+    """A run folder from elsewhere whose saved env is an EnvSpec with entry point os:system (and a wrapper from a
+    module it ships), or a module:Class: --resume, --evaluate and dqn.load_agent import and call none of it, and say
+    in one line what it would import; given --env again (trust_env=True), it is made as before."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "planted.py").write_text(PLANTED_MODULE)
+    imported, ran = tmp_path / "imported", tmp_path / "the command ran"
+    spec = {
+        "id": "Innocent-v0", "entry_point": "os:system", "kwargs": {"command": f"touch '{ran}'"},
+        "additional_wrappers": [{"name": "W", "entry_point": "planted:Env", "kwargs": {}}],
+    }  # fmt: skip
+    run = tmp_path / "run"
+    run.mkdir()
+
+    def save_run(env: str) -> None:
+        config = {**vars(build_parser().parse_args([])), "env": env, "out": str(run)}
+        save_checkpoint(run / "model_001.pt", {"config": config, "run": {"step": 100}, "agent": {}})
+
+    for saved, named in [("planted:Env", "planted:Env"), (json.dumps(spec), "os:system, planted:Env")]:
+        save_run(saved)
+        for argv in (["--resume", str(run), "--steps", "200"], ["--evaluate", str(run / "model_001.pt")]):
+            with pytest.raises(SystemExit):
+                main.main(argv)
+            line = capsys.readouterr().err.strip().splitlines()[-1]
+            assert f"the saved run's environment would import and call {named}: if you trust" in line
+        with pytest.raises(ValueError, match=f"would import and call {named}: pass trust_env=True"):
+            dqn.load_agent(run)
+        assert resolve_env_id(saved) == saved  # reading the name (as a report does) imports nothing either
+        assert not imported.exists() and not ran.exists() and "planted" not in sys.modules
+    # Named by the user, the saved environment is made (here: the command runs).
+    with pytest.raises(SystemExit):
+        main.main(["--evaluate", str(run / "model_001.pt"), "--env", json.dumps(spec)])
+    assert ran.exists()
+
+
+def test_an_environment_that_never_ends_is_cut_at_the_frame_limit(tmp_path):
+    """--max-episode-frames / 4 steps for a gymnasium environment (it was ignored: the first evaluation hung)."""
+    argv = ["--env", "gym_envs:Endless", "--network", "minatar", "--max-episode-frames", "400", "--threads", "1",
+            "--learning-starts", "100", "--memory-size", "1000", "--eval-episodes", "1"]  # fmt: skip
+    args, _ = parse_config([*argv, "--out", str(tmp_path / "run")])
+    env = main.make_env(args, 0)
+    env.reset()
+    ends = [env.step(0) for _ in range(100)]
+    assert [step.truncated for step in ends] == [False] * 99 + [True] and not any(step.terminated for step in ends)
+    run = tmp_path / "run"
+    assert main.main([*argv, "--steps", "300", "--eval-every", "300", "--out", str(run)]) == 0
+    assert [line.split()[2] for line in (run / "rewards.txt").read_text().splitlines()] == ["100.0", "100.0"]
+    assert read_episodes(run / "episodes.csv")[:, 2].tolist() == [100, 100, 100]  # lengths of the training games
+    assert len(dqn.load_agent(run, trust_env=True).evaluate(episodes=1)) == 1
+    env = dqn.load_agent(run, trust_env=True).make_env()
+    env.reset()
+    assert [env.step(0)[3] for _ in range(100)][-2:] == [False, True]
+
+
+def frames_env(**kwargs) -> str:
+    """--env for tests/gym_envs.py's Frames with these arguments: its spec in JSON."""
+    return EnvSpec(id="Frames-v0", entry_point="gym_envs:Frames", kwargs=kwargs).to_json()
+
+
+def test_observations_are_read_as_declared_or_refused_in_one_line(tmp_path, capsys):
+    """A Box(0, 1) uint8 image is scaled to 0-255, as bool frames are (it was read as a near-black one); an
+    observation off its space's dtype (float [0, 1) was cast to zeros, int64 modulo 256) or above its range is
+    refused in one line, the first one before anything is written; --sticky-actions, which did nothing, too."""
+    binary, levels = GymEnv(frames_env(high=1), 0), GymEnv(frames_env(high=3), 0)
+    assert (binary.reset().max(), binary.step(0).frame.max()) == (0, 255)
+    assert (levels.reset().max(), levels.step(0).frame.max(), levels.step(0).frame.max()) == (0, 85, 170)
+    common = ["--network", "minatar", "--learning-starts", "100", "--memory-size", "1000", "--threads", "1",
+              "--steps", "200", "--eval-every", "200", "--eval-episodes", "1", "--max-episode-frames", "400"]  # fmt: skip
+
+    def error_line(env: str, *argv: str) -> str:
+        with pytest.raises(SystemExit):
+            main.main(["--env", env, *common, *argv, "--out", str(tmp_path / "run")])
+        return capsys.readouterr().err.strip().splitlines()[-1]
+
+    for given in ("float32", "int64"):
+        line = error_line(frames_env(given=given))
+        assert line.endswith(f"Frames-v0 gave an observation of {given} values, its observation_space declares uint8: "
+                             "give uint8 ones (a cast would change them silently)")  # fmt: skip
+    assert error_line("gym_envs:Endless", "--sticky-actions", "0.25").endswith(
+        "--sticky-actions 0.25: sticky actions are the Atari emulator's, gym_envs:Endless is a gymnasium environment, "
+        "which plays as it is made"
+    )
+    assert not (tmp_path / "run").exists()
+    # Later in a game: the step that gives it ends the run in one line.
+    assert main.main(["--env", frames_env(high=1, period=3), *common, "--out", str(tmp_path / "run")]) == 1
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "Frames-v0 gave an observation with a pixel of 2, above the 1 its observation_space declares; " in line
+
+
+def test_wrapped_environment_objects_train_or_are_refused_in_one_line(tmp_path):
+    """ResizeObservation's shape comes back from the spec's JSON as a list, which it refused; a wrapper given a
+    function (TransformObservation's lambda) cannot be saved: one line, not a TypeError; nor is dqn.train(evaluate=)."""
+    base = gym.make(EnvSpec(id="Frames-v0", entry_point="gym_envs:Frames", kwargs={"length": 50}))
+    options = {"network": "minatar", "learning_starts": 100, "memory_size": 1000, "eval_episodes": 1, "threads": 1}
+    run, agent = dqn.train(env=ResizeObservation(base, (12, 12)), steps=150, eval_every=150, out=tmp_path / "run",
+                           **options)  # fmt: skip
+    assert agent.make_env().reset()[0].shape == (12, 12) and len(scores(run)) == 2
+    with pytest.raises(ValueError, match=r"^env: its spec cannot be saved to make it again \(Object of type function"):
+        dqn.train(env=TransformObservation(base, lambda o: o, base.observation_space), out=tmp_path / "bad")
+    with pytest.raises(ValueError, match=r"^evaluate: dqn.train trains; to play a checkpoint, dqn.load_agent"):
+        dqn.train(evaluate=str(run / "model_001.pt"))
+    assert not (tmp_path / "bad").exists()
