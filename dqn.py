@@ -24,7 +24,7 @@ import gymnasium
 import numpy as np
 
 import main
-from utils_config import build_parser, device_problem, parse_config, pick_device
+from utils_config import build_parser, device_problem, parse_config, pick_device, saved_options
 from utils_drl import Agent
 from utils_env import FRAME_SIZE, STACK_DEPTH, AtariGymEnv, GymEnv, env_label, evaluate, is_atari, make_gym_env
 from utils_run import load_checkpoint, load_newest_checkpoint
@@ -38,7 +38,8 @@ class TrainedAgent:
 
     def __init__(self, checkpoint: dict[str, Any], device: str = "auto") -> None:
         defaults = vars(build_parser().parse_args([]))
-        self.config = argparse.Namespace(**{**defaults, **checkpoint["config"]})  # options newer than the run: defaults
+        # Options newer than the run: defaults; the network's (PER_START_OPTIONS) never come from a file.
+        self.config = argparse.Namespace(**{**defaults, **saved_options(checkpoint["config"])})
         self.step: int = checkpoint["run"]["step"]
         game = main.make_env(self.config, 0)
         self.n_actions = game.n_actions

@@ -42,6 +42,10 @@ RESUMABLE_OPTIONS = {
     "keep_checkpoints",
     "replay_ratio", "weights_every", "chunk_steps", "actor_timeout", "ray_address",
 }  # fmt: skip
+# Options that reach the network (the Ray cluster an Ape-X learner joins, and ships this project's code to): the
+# user gives them on each start. A saved run's value is never read back, so a checkpoint someone else made cannot
+# choose the host this machine connects to (--resume, --evaluate and dqn.load_agent drop it).
+PER_START_OPTIONS = {"ray_address"}
 # Options that --evaluate takes from the user; the others come from the checkpoint. Of these, a
 # playback's own (not the run's) unless given: the number of games, and whether to save frames.
 PLAYBACK_OPTIONS = {
@@ -447,8 +451,8 @@ def playback_config(
 def merge_saved(
     parser: argparse.ArgumentParser, saved: dict[str, Any], given: dict[str, Any], overridable: set[str], refusal: str
 ) -> argparse.Namespace:
-    """A saved configuration over the defaults (for options newer than the saved run), under the
-    ``overridable`` options the user typed. Any other typed option must equal its saved value:
+    """A saved configuration (less its ``PER_START_OPTIONS``) over the defaults (for options newer
+    than the saved run), under the ``overridable`` options the user typed. Any other typed option must equal its saved value:
     one that differs is refused with ``refusal`` rather than silently ignored."""
     if "env" in given:  # compare game ids, not spellings
         with contextlib.suppress(ValueError):
@@ -457,7 +461,13 @@ def merge_saved(
         if name not in overridable and name != "out" and saved.get(name) != value:
             parser.error(f"--{name.replace('_', '-')} {refusal} (the run used {saved.get(name)!r})")
     defaults = vars(parser.parse_args([]))
-    return argparse.Namespace(**{**defaults, **saved, **{k: v for k, v in given.items() if k in overridable}})
+    chosen = {k: v for k, v in given.items() if k in overridable}
+    return argparse.Namespace(**{**defaults, **saved_options(saved), **chosen})
+
+
+def saved_options(saved: dict[str, Any]) -> dict[str, Any]:
+    """A saved configuration's options that a new start may take from it: all but ``PER_START_OPTIONS``."""
+    return {k: v for k, v in saved.items() if k not in PER_START_OPTIONS}
 
 
 def check_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -2,6 +2,7 @@
 one folder, a bad saved memory, a failing disk and a second Ctrl-C. Each ends in one line (or a
 correct run) and leaves every earlier file as it was."""
 
+import dataclasses
 import itertools
 import os
 import re
@@ -775,3 +776,35 @@ def test_nothing_in_a_run_folder_is_ever_unpickled(tmp_path):
     # The same bytes, if they were unpickled, would have run the command.
     __import__("pickle").loads(checkpoint["player"]["env"]["ale"])
     assert marker.exists()
+
+
+def crafted_run(folder: Path, argv: list[str], **changes) -> Path:
+    """A run folder holding one checkpoint (model_001.pt, at step 100, with an untrained network) of the run ``argv``
+    gives, its configuration changed by ``changes``: what a stranger's folder can hold, made without training."""
+    args, _ = utils_config.parse_config([*argv, "--out", str(folder)])
+    env = main.make_env(args, args.seed)
+    agent = main.Agent(env.n_actions, torch.device("cpu"), seed=args.seed, **main.agent_options(args, env))
+    config = {**{k: v for k, v in vars(args).items() if k != "resume"}, **changes}
+    folder.mkdir(parents=True)
+    progress = main.Progress(step=100, evaluations=2)
+    save_checkpoint(
+        folder / "model_001.pt",
+        {"config": config, "run": dataclasses.asdict(progress), "agent": agent.state_dict(), "player": None,
+         "torch_rng": torch.get_rng_state(), "rewards_line": None},
+    )  # fmt: skip
+    return folder
+
+
+def test_a_checkpoint_never_chooses_the_ray_cluster(tmp_path):
+    """An Ape-X folder whose checkpoint names a Ray cluster: a resume without --ray-address starts Ray here,
+    --evaluate and dqn.load_agent never read it (the address comes from the user on each start); one typed is used."""
+    import dqn
+
+    run = crafted_run(tmp_path / "apex", [*TINY, "--actors", "2"], ray_address="203.0.113.7:6379")
+    args, _ = utils_config.parse_config(["--resume", str(run), "--steps", "300"])
+    assert (args.actors, args.ray_address) == (2, None)
+    args, _ = utils_config.parse_config(["--resume", str(run), "--steps", "300", "--ray-address", "10.1.2.3:6379"])
+    assert args.ray_address == "10.1.2.3:6379"
+    args, _ = utils_config.parse_config(["--evaluate", str(run / "model_001.pt")])
+    assert args.ray_address is None
+    assert dqn.load_agent(run, device="cpu").config.ray_address is None
