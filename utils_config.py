@@ -357,7 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--evaluate",
         default=None,
         metavar="CHECKPOINT",
-        help="play --eval-episodes games with a saved network instead of training",
+        help="play --eval-episodes games with a saved network instead of training: a model_NNN.pt, or a run folder "
+        "(its newest checkpoint)",
     )
     return parser
 
@@ -434,8 +435,14 @@ def playback_config(
     """--evaluate: the checkpoint's configuration, with the playback options the user gave."""
     if args.resume is not None:
         parser.error("--evaluate plays a checkpoint; it does not go with --resume")
+    source = Path(args.evaluate)
     try:
-        checkpoint = load_checkpoint(Path(args.evaluate))
+        if source.is_dir():  # a run folder: its newest checkpoint, as --resume picks it
+            source, checkpoint, notes = load_newest_checkpoint(source)
+            for note in notes:
+                print(f"Note: {note}", flush=True)
+        else:
+            checkpoint = load_checkpoint(source)
     except CheckpointError as error:
         parser.exit(2, f"{parser.prog}: error: cannot evaluate: {error}\n")
     given = explicit_options(parser, argv)
@@ -444,6 +451,7 @@ def playback_config(
         if name not in given:
             setattr(args, name, parser.get_default(name))
     args.out = given.get("out")
+    args.evaluate = str(source)  # the checkpoint played, named in what it prints and its frames' folder
     check_values(parser, args)
     return args, checkpoint
 

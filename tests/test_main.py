@@ -262,6 +262,12 @@ def test_evaluate_a_checkpoint_prints_each_episode(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main.main(["--evaluate", str(run / "missing.pt")])
     assert "cannot evaluate: no checkpoint" in capsys.readouterr().err
+    # A run folder, as --resume and dqn.load_agent take it: its newest checkpoint, named, its frames beside it.
+    (run / "model_interrupted.pt").write_bytes(b"cut short")  # unreadable: skipped with a note, as --resume does
+    assert main.main(["--evaluate", str(run), "--eval-episodes", "1", "--render"]) == 0
+    out = capsys.readouterr().out
+    assert "Note: skipped " in out and f"Playing ALE/Breakout-v5 with {run / 'model_001.pt'} (trained 120 steps)" in out
+    assert (run / "playback_model_001_1" / "000000.png").exists()
 
 
 def test_a_playback_has_its_own_game_count_frames_and_sticky_actions(tmp_path):
