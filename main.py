@@ -542,6 +542,13 @@ class Trainer:
         index = progress.evaluations
         progress.evaluation_due = True
         finished = FinishedGames(**progress.evaluation_games) if progress.evaluation_games else None
+        if finished and len(finished.scores) >= self.args.eval_episodes:  # --eval-episodes lowered on resume
+            print(
+                f"Note: the stopped evaluation had finished {len(finished.scores)} games, --eval-episodes is now "
+                f"{self.args.eval_episodes}: it starts again from its first game",
+                flush=True,
+            )
+            finished = None
         try:
             result = run_evaluation(self.args, self.agent, index, self.out, lambda: self.stop.requested, finished)
         except EvaluationStopped as stop:

@@ -36,10 +36,11 @@ from utils_env import (
 from utils_model import NETWORKS, smallest_input
 from utils_run import MEMORY_FILE, REWARDS_FILE, CheckpointError, load_checkpoint, load_newest_checkpoint
 
-# Options that may differ when a run is resumed; all others must match the saved run.
+# Options that may differ when a run is resumed; all others must match the saved run. Evaluations change nothing
+# in training (each plays a game seeded by (seed, index) with its own generator), so their schedule and size may too.
 RESUMABLE_OPTIONS = {
     "steps", "device", "memory_device", "cuda_graphs", "threads", "render", "save_memory", "tensorboard", "resume",
-    "keep_checkpoints",
+    "keep_checkpoints", "eval_every", "eval_episodes",
     "replay_ratio", "weights_every", "chunk_steps", "actor_timeout", "ray_address",
 }  # fmt: skip
 # Options that reach the network (the Ray cluster an Ape-X learner joins, and ships this project's code to): the

@@ -325,7 +325,8 @@ def save_memory(path: Path, memory_state: dict[str, Any], step: int, config: dic
 
 def load_memory(path: Path, step: int, config: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
     """The saved replay memory's state if it belongs to the checkpoint at ``step`` of a run with
-    ``config``; otherwise None and why not (empty when there is no saved memory)."""
+    ``config`` (a memory saved with more options, which a resume may now change, belongs to it when
+    those of ``config`` agree); otherwise None and why not (empty when there is no saved memory)."""
     if not path.exists():
         return None, ""
     try:
@@ -336,7 +337,8 @@ def load_memory(path: Path, step: int, config: dict[str, Any]) -> tuple[dict[str
         return None, f"{path} is not a replay memory of this program"
     if saved["step"] != step:
         return None, f"{path} was saved at step {saved['step']}, not at the checkpoint's step {step}"
-    if saved.get("config") != config:
+    stored = saved.get("config")
+    if not isinstance(stored, dict) or any(stored.get(name) != value for name, value in config.items()):
         return None, f"{path} belongs to a run with other settings"
     return saved["memory"], ""
 

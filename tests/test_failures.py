@@ -28,9 +28,11 @@ from utils_run import (
     RunLogError,
     WriteError,
     load_checkpoint,
+    load_memory,
     load_newest_checkpoint,
     reconcile_rewards,
     save_checkpoint,
+    save_memory,
     start_episodes,
     write_atomically,
 )
@@ -419,6 +421,32 @@ def test_ctrl_c_during_an_evaluation_writes_no_score_and_a_resume_goes_on_from_i
         assert not finished["run"]["evaluation_due"]
         for key, value in straight["agent"]["online"].items():
             assert torch.equal(value, finished["agent"]["online"][key]), (evaluation, key)
+
+
+def test_a_stopped_evaluation_resumed_with_fewer_games_than_it_finished_starts_again(tmp_path, monkeypatch, capsys):
+    """--eval-episodes may change on resume: an evaluation that had finished more games than the new count plays
+    the new count from its first game (the same games: each evaluation's are seeded by the run's seed and its index)."""
+    run = tmp_path / "run"
+    common = [*TINY, "--max-episode-frames", "400", "--steps", "200", "--eval-every", "200"]
+    with monkeypatch.context() as patch:  # a game is at most 100 steps (400 frames): 2 games or more are done
+        stop_during_evaluation(patch, 1, steps=210)
+        assert main.main([*common, "--eval-episodes", "4", "--out", str(run)]) == 130
+    assert len(load_checkpoint(run / "model_interrupted.pt")["run"]["evaluation_games"]["scores"]) >= 2
+    capsys.readouterr()
+    with monkeypatch.context() as patch:
+        played = count_games(patch)
+        assert main.main(["--resume", str(run), "--steps", "200", "--eval-episodes", "2"]) == 0
+    assert "--eval-episodes is now 2: it starts again from its first game" in capsys.readouterr().out
+    assert played[0] == 2 and [line[:7] for line in scores(run)][-1][6] == "2"
+
+
+def test_a_memory_saved_with_options_a_resume_may_now_change_still_belongs(tmp_path):
+    """Memories saved before --eval-every could change on resume hold it in their settings: they still load."""
+    config = {"memory_size": 1000, "n_step": 1}
+    save_memory(tmp_path / MEMORY_FILE, {"frames": torch.zeros(2)}, 100, {**config, "eval_every": 50})
+    state, reason = load_memory(tmp_path / MEMORY_FILE, 100, config)
+    assert state is not None and reason == ""
+    assert load_memory(tmp_path / MEMORY_FILE, 100, {**config, "n_step": 3})[1].endswith("a run with other settings")
 
 
 def count_games(monkeypatch) -> list[int]:

@@ -168,6 +168,25 @@ def test_resume_with_saved_memory_is_equivalent_to_an_uninterrupted_run(tmp_path
     np.testing.assert_array_equal(*games_played)  # all but the wall times
 
 
+def test_evaluations_may_change_on_resume_and_training_stays_bit_identical(tmp_path):
+    """An evaluation plays its own seeded game with its own generator: a run resumed with another --eval-every
+    and --eval-episodes evaluates on the new schedule and trains exactly as the run that kept them."""
+    common = [*TINY, "--save-memory", "--seed", "3"]
+    assert main.main([*common, "--steps", "300", "--eval-every", "150", "--out", str(tmp_path / "straight")]) == 0
+    assert main.main([*common, "--steps", "150", "--eval-every", "150", "--out", str(tmp_path / "split")]) == 0
+    argv = ["--resume", str(tmp_path / "split"), "--steps", "300", "--eval-every", "100", "--eval-episodes", "2"]
+    assert main.main(argv) == 0
+    assert [step for _, step, _ in rewards(tmp_path / "split")] == [0, 150, 200, 300]
+    assert (tmp_path / "split" / "rewards.txt").read_text().splitlines()[-1].split()[6] == "2"  # games played
+    straight = load_checkpoint(tmp_path / "straight" / "model_002.pt")
+    split = load_checkpoint(tmp_path / "split" / "model_003.pt")
+    for name in ("online", "target"):
+        for key, value in straight["agent"][name].items():
+            assert torch.equal(value, split["agent"][name][key]), (name, key)
+    games_played = [read_episodes(tmp_path / run / "episodes.csv")[:, :4] for run in ("straight", "split")]
+    np.testing.assert_array_equal(*games_played)
+
+
 @pytest.mark.parametrize(
     "argv,message",
     [
