@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -89,23 +89,9 @@ from utils_run import (
     save_memory,
     start_episodes,
 )
-from utils_types import EvalResult, FinishedGames, GameResult, StackRule
+from utils_types import EvalResult, FinishedGames, GameResult, Progress, StackRule
 
 keep_freed_memory()  # for every tensor the learning step allocates (see utils_config)
-
-
-@dataclass
-class Progress:
-    """Counters that a checkpoint carries across a resume."""
-
-    step: int = 0
-    evaluations: int = 0  # evaluations done; the next one gets this index
-    episodes: int = 0
-    wall_seconds: float = 0.0
-    last_score: float = float("nan")
-    threads: int = 0  # the learner's CPU threads (0: unknown, an older checkpoint)
-    evaluation_due: bool = False  # a stop interrupted the evaluation at this step: a resume does it first
-    evaluation_games: dict[str, Any] | None = None  # the games it had finished (FinishedGames), not played again
 
 
 class StopRequest:
@@ -259,7 +245,7 @@ def train(args: argparse.Namespace, checkpoint: dict[str, Any] | None) -> TrainS
         message = str(error)
     except ApexError as error:
         message = f"{error}; {last_checkpoint(out)}"
-    except (RunFolderError, RunLogError) as error:
+    except (RunFolderError, RunLogError, CheckpointError) as error:
         message = str(error)
     except OSError as error:
         message = describe_os_error(error)
@@ -385,18 +371,28 @@ class Trainer:
         self.started, self.wall_base, self.evaluation_seconds = time.perf_counter(), 0.0, 0.0
         if checkpoint is not None:
             self.progress = Progress(**checkpoint["run"])
-            self.agent.load_state_dict(checkpoint["agent"])
+            try:  # load_checkpoint checked the parts' kinds; the network's shapes are this run's
+                self.agent.load_state_dict(checkpoint["agent"])
+                torch.set_rng_state(checkpoint["torch_rng"])
+            except (KeyError, TypeError, ValueError, RuntimeError) as error:
+                reason = " ".join(str(error).split())[:200]  # load_state_dict's lists span lines
+                raise CheckpointError(
+                    f"cannot resume: the checkpoint's agent does not fit this run ({type(error).__name__}: {reason}); "
+                    "nothing was changed"
+                ) from None
             if self.player and checkpoint["player"] is not None:
                 try:
                     self.player.load_state_dict(checkpoint["player"])
-                except EmulatorStateError as error:
+                except (EmulatorStateError, ValueError) as error:  # ValueError: a stack of another shape
+                    why = "frame stack is not one of this game's"
+                    if isinstance(error, EmulatorStateError):
+                        why = f"emulator state is {error}"
                     print(
-                        f"Note: the checkpoint's game cannot be continued, its emulator state is {error}; training "
+                        f"Note: the checkpoint's game cannot be continued, its {why}; training "
                         "goes on from a new game, so the run is no longer the one it would have been",
                         flush=True,
                     )
                     self.player.new_game()
-            torch.set_rng_state(checkpoint["torch_rng"])
             self.wall_base = self.progress.wall_seconds
             for note in reconcile_with_checkpoint(out, checkpoint):
                 print(f"Note: {note}", flush=True)

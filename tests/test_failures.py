@@ -3,6 +3,7 @@ one folder, a bad saved memory, a failing disk and a second Ctrl-C. Each ends in
 correct run) and leaves every earlier file as it was."""
 
 import dataclasses
+import io
 import itertools
 import os
 import re
@@ -836,3 +837,80 @@ def test_a_checkpoint_never_chooses_the_ray_cluster(tmp_path):
     args, _ = utils_config.parse_config(["--evaluate", str(run / "model_001.pt")])
     assert args.ray_address is None
     assert dqn.load_agent(run, device="cpu").config.ray_address is None
+
+
+def save_with_nested_config(path: Path, payload: dict, key: str, depth: int) -> None:
+    """``payload`` as a checkpoint whose config[key] is a list nested ``depth`` deep: torch.save cannot pickle one
+    that deep, but its unpickler reads one (torch's older file format, its pickle edited)."""
+    marker = "NESTED-VALUE"
+    buffer = io.BytesIO()
+    torch.save({**payload, "config": {**payload["config"], key: marker}}, buffer, _use_new_zipfile_serialization=False)
+    opcode = b"X" + len(marker).to_bytes(4, "little") + marker.encode()  # BINUNICODE
+    nested = b"]" * depth + b"a" * (depth - 1)  # EMPTY_LIST depth times, then APPEND each into the one below
+    path.write_bytes(buffer.getvalue().replace(opcode, nested))
+
+
+@pytest.mark.parametrize(
+    "damage,part",
+    [
+        (lambda c: c["run"].update(evaluation_due=True, evaluation_games={"scores": [1.0], "steps": 5, "seconds": 1.0,
+                                   "env": {}, "act_rng": {"bit_generator": "PCG64", "state": "garbage"}}),
+         "run's 'evaluation_games'"),
+        (lambda c: c["run"].update(evaluation_due=True, evaluation_games={"scores": "1.0", "steps": 5, "seconds": 1.0,
+                                   "env": {}, "act_rng": None}), "run's 'evaluation_games'"),
+        (lambda c: c["run"].update(evaluation_games={"scores": [], "steps": 0, "seconds": 0.0, "env": {},
+                                   "act_rng": None, "more": 1}), "run's 'evaluation_games'"),
+        (lambda c: c["run"].update(evaluations="2"), "run's 'evaluations'"),
+        (lambda c: c["run"].update(evaluation_due=1), "run's 'evaluation_due'"),
+        (lambda c: c["run"].update(epsilon=0.5), "run's 'epsilon'"),
+        (lambda c: c["player"].update(first="yes"), "player"),
+        (lambda c: c["player"].update(stack=[[0]]), "player"),
+        (lambda c: c.update(torch_rng=torch.zeros(10, dtype=torch.uint8)), "torch RNG state"),
+        (lambda c: c["agent"].update(rng={"bit_generator": "MT19937"}), "agent's generator"),
+        (lambda c: c.update(rewards_line="  2      240 1.0\nrm -rf ~\n"), "rewards line"),
+        (lambda c: c["config"].update(lr=[1e-4]), "config's 'lr'"),
+        ("nested", "config's 'notes'"),
+    ],
+)  # fmt: skip
+def test_a_malformed_checkpoint_is_refused_before_any_file_is_touched(small_run, tmp_path, capsys, damage, part):
+    """Parts of the wrong kind (a stopped evaluation's state, the run's counters, the player's state, generator
+    states, a config value nested 100,000 deep): refused in one line as the checkpoint is read, before a resume
+    moves any rewards.txt line to a .bak, as a checkpoint that cannot be read is; --evaluate refuses it too."""
+    run = copy_run(small_run, tmp_path / "run")
+    for older in ("model_000.pt", "model_001.pt"):  # the damaged checkpoint is the only one
+        (run / older).unlink()
+    checkpoint = torch.load(run / "model_002.pt", weights_only=True)
+    if damage == "nested":
+        save_with_nested_config(run / "model_002.pt", checkpoint, "notes", 100_000)
+    else:
+        damage(checkpoint)
+        torch.save(checkpoint, run / "model_002.pt")
+    before = files_of(run)
+    refusal = f"{run / 'model_002.pt'} is not a whole checkpoint (its {part} missing or damaged)"
+    assert error_line(capsys, ["--resume", str(run), "--steps", "300"]).endswith(f"cannot resume: {refusal}")
+    assert error_line(capsys, ["--evaluate", str(run)]).endswith(f"cannot evaluate: {refusal}")
+    assert files_of(run) == before
+
+
+def test_a_checkpoint_whose_agent_or_game_does_not_fit_the_run(small_run, tmp_path, capsys):
+    """Weights of other shapes than the run's network: one line, exit 1, the folder as it was. A player's frame
+    stack of another shape than the game's: a note, and training goes on from a new game."""
+    run = copy_run(small_run, tmp_path / "agent")
+    checkpoint = torch.load(run / "model_002.pt", weights_only=True)
+    name = next(iter(checkpoint["agent"]["online"]))
+    checkpoint["agent"]["online"][name] = torch.zeros(3)
+    torch.save(checkpoint, run / "model_002.pt")
+    before = files_of(run)
+    assert main.main(["--resume", str(run), "--steps", "300"]) == 1
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "cannot resume: the checkpoint's agent does not fit this run (RuntimeError: " in error[0]
+    assert files_of(run) == before
+
+    run = copy_run(small_run, tmp_path / "player")
+    checkpoint = torch.load(run / "model_002.pt", weights_only=True)
+    checkpoint["player"]["stack"] = torch.zeros((4, 42, 42), dtype=torch.uint8)
+    torch.save(checkpoint, run / "model_002.pt")
+    assert main.main(["--resume", str(run), "--steps", "250"]) == 0
+    assert "Note: the checkpoint's game cannot be continued, its frame stack is not one of this game's" in (
+        capsys.readouterr().out
+    )
