@@ -55,6 +55,7 @@ from utils_env import (
     GYM_ENV_NOTE,
     AtariEnv,
     EmulatorStateError,
+    EnvironmentFailed,
     EvaluationStopped,
     GymEnv,
     Player,
@@ -185,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as error:
             print(f"{program('main.py')}: error: {describe_os_error(error)}", file=sys.stderr, flush=True)
             return 1
+        except EnvironmentFailed as error:
+            print(f"{program('main.py')}: error: {error}", file=sys.stderr, flush=True)
+            return 1
     return train(args, checkpoint).exit_code
 
 
@@ -243,7 +247,7 @@ def train(args: argparse.Namespace, checkpoint: dict[str, Any] | None) -> TrainS
         message = f"the device ran out of memory ({reason}); {last_checkpoint(out)}. Try --memory-device host"
     except RayStartError as error:
         message = str(error)
-    except ApexError as error:
+    except (ApexError, EnvironmentFailed) as error:
         message = f"{error}; {last_checkpoint(out)}"
     except (RunFolderError, RunLogError, CheckpointError) as error:
         message = str(error)
@@ -257,9 +261,13 @@ def run_training(args: argparse.Namespace, checkpoint: dict[str, Any] | None, st
     run = Trainer(args, checkpoint, stop)
     try:
         if not args.actors:
-            run.begin(refill=lambda count: refill_by_playing(run, count))
-            play_and_learn(run)
-            return run.finish()
+            try:
+                run.begin(refill=lambda count: refill_by_playing(run, count))
+                play_and_learn(run)
+                return run.finish()
+            except EnvironmentFailed:  # the step it failed in is not taken: the checkpoint is the run before it
+                run.save_interrupted()
+                raise
         started_ray = start_ray(args.ray_address, max(args.actors, available_cpus()))
         pool = ActorPool(actor_config(args, run.env), args.actors, args.actor_timeout, report=tqdm.write)
         try:
@@ -439,6 +447,8 @@ class Trainer:
         args, progress = self.args, self.progress
         progress.step += 1
         if game is not None:
+            if not math.isfinite(game.score):  # finite rewards that add up to more than a float holds
+                raise EnvironmentFailed(f"a training game's score became {game.score}, its rewards too large to add")
             progress.episodes += 1
             append_line(self.out / EPISODES_FILE, episode_line(progress.step, game, epsilon, self.wall_seconds()))
             if self.writer:
@@ -553,6 +563,9 @@ class Trainer:
             return
         finally:
             self.evaluation_seconds += time.perf_counter() - evaluation_start
+        scores = np.asarray(result.scores)
+        if not np.isfinite([scores.mean(), scores.std()]).all():  # finite rewards, too large to add up
+            raise EnvironmentFailed(f"evaluation {index}'s scores are too large to add up ({scores.max()})")
         progress.evaluation_due, progress.evaluation_games = False, None
         progress.evaluations += 1
         progress.last_score = float(np.mean(result.scores))

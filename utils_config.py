@@ -27,13 +27,15 @@ from utils_env import (
     FRAME_SKIP,
     NOOP_UNITS,
     STACK_DEPTH,
+    EnvironmentFailed,
+    GymEnv,
     env_label,
     env_layout,
     game_name,
     is_atari,
     resolve_env_id,
 )
-from utils_model import NETWORKS, smallest_input
+from utils_model import NETWORKS, network_size, smallest_input
 from utils_run import MEMORY_FILE, REWARDS_FILE, CheckpointError, load_checkpoint, load_newest_checkpoint
 
 # Options that may differ when a run is resumed; all others must match the saved run. Evaluations change nothing
@@ -573,18 +575,49 @@ def check_gym_env(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     if args.actors:
         parser.error(f"--actors: Ape-X plays Atari games only, {name} is a gymnasium environment")
     try:
-        _, frame_shape = env_layout(args.env)
+        depth, frame_shape = env_layout(args.env)
     except ValueError as error:
         parser.error(f"--env {name}: {error}")
     except Exception as error:  # making someone else's environment can raise anything
         parser.error(f"--env {name} cannot be made ({type(error).__name__}: {error})")
     smallest = smallest_input(args.network)
+    height, width = frame_shape[-2:]
     if min(frame_shape[-2:]) < smallest:
-        height, width = frame_shape[-2:]
         parser.error(
             f"--network {args.network} needs frames of at least {smallest}x{smallest} pixels, {name}'s are "
             f"{height}x{width}: try --network minatar (Young & Tian 2019's, for 10x10 frames)"
         )
+    needed = network_bytes(args, (depth * math.prod(frame_shape[:-2]), height, width))
+    device = pick_device(args.device) if device_problem(args.device) is None else None  # else refused below
+    free = device_free_memory(device) if device else math.inf
+    if needed > free:
+        parser.error(
+            f"--network {args.network} on {name}'s {height}x{width} frames needs at least {needed / 2**30:.1f} GiB "
+            f"(its weights{', gradients, Adam moments and a batch' if args.evaluate is None else ''}), "
+            f"{free / 2**30:.1f} GiB is free on {device}: give it smaller frames (gymnasium's ResizeObservation)"
+        )
+    if args.render:  # checked now, not at the first evaluation's first frame
+        try:
+            game = GymEnv(args.env, args.seed, render=True)
+            game.reset()
+            game.rgb()
+            game.env.close()
+        except EnvironmentFailed as error:
+            parser.error(f"--render: {error}")
+        except Exception as error:  # making someone else's environment can raise anything
+            parser.error(
+                f"--render: {name} cannot be made to render rgb_array images ({type(error).__name__}: {error})"
+            )
+
+
+def network_bytes(args: argparse.Namespace, input_shape: tuple[int, int, int]) -> int:
+    """Memory, at least, that the network of --network takes on states of ``input_shape``: to train (the online
+    and target networks, the online one's gradients and Adam's two moments, and a batch's activations forward in
+    both networks and backward), or to play a checkpoint (one network, one state's activations)."""
+    parameters, activations = network_size(1, input_shape, args.dueling, args.network)  # one action: at least
+    if args.evaluate is not None:
+        return 4 * (parameters + activations)
+    return 4 * (5 * parameters + 3 * args.batch_size * activations)
 
 
 def check_training(parser: argparse.ArgumentParser, args: argparse.Namespace, resuming: bool) -> None:

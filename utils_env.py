@@ -23,6 +23,7 @@ import functools
 import importlib
 import importlib.metadata
 import json
+import math
 import re
 import shutil
 import time
@@ -296,6 +297,12 @@ class EmulatorStateError(Exception):
     """A saved game state that cannot be restored; the message says why."""
 
 
+class EnvironmentFailed(Exception):
+    """A gymnasium environment did what a run cannot go on from (raised in ``reset`` or ``step``, gave a reward
+    that is not a finite number, an observation of another shape than its space's, no image to render); the
+    message says in one line what it did."""
+
+
 GYM_ENV_NOTE = (
     "no-op starts, FIRE presses, lives, sticky actions (--sticky-actions), the frame limit and a resume within "
     "a game are Atari's; this environment plays as it is made, and a resumed run starts a new episode"
@@ -378,19 +385,45 @@ class GymEnv:
 
     def reset(self) -> np.ndarray:
         """A new episode (the first seeded with the seed given); its first frame."""
-        observation, _ = self.env.reset(seed=self._seed)
+        observation, _ = self._call("reset", seed=self._seed)
         self._seed = None  # later episodes go on from the environment's own random state
-        return self.frame(observation)
+        return self.frame(self._checked(observation))
 
     def step(self, action: int) -> StepResult:
-        observation, reward, terminated, truncated, _ = self.env.step(action + self._first_action)
-        return StepResult(self.frame(observation), float(reward), False, bool(terminated), bool(truncated))
+        observation, reward, terminated, truncated, _ = self._call("step", action + self._first_action)
+        try:
+            reward = float(reward)
+        except (TypeError, ValueError):
+            reward = math.nan
+        if not math.isfinite(reward):  # it would end in the logs, and a nan in the memory ends learning
+            raise EnvironmentFailed(f"{env_label(self.env_id)} gave a reward of {reward}, not a finite number")
+        return StepResult(self.frame(self._checked(observation)), reward, False, bool(terminated), bool(truncated))
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """The environment's ``reset`` or ``step``; what it raises, as EnvironmentFailed."""
+        try:
+            return getattr(self.env, method)(*args, **kwargs)
+        except Exception as error:  # someone else's code can raise anything
+            raise EnvironmentFailed(
+                f"{env_label(self.env_id)}'s {method} raised {type(error).__name__}: {error}"
+            ) from error
+
+    def _checked(self, observation: Any) -> np.ndarray:
+        """``observation``, when it has the shape of the environment's observation space."""
+        observation = np.asarray(observation)
+        expected = self.env.observation_space.shape
+        if observation.shape != expected:
+            raise EnvironmentFailed(
+                f"{env_label(self.env_id)} gave an observation of shape {observation.shape}, its observation space's "
+                f"is {expected}"
+            )
+        return observation
 
     def rgb(self) -> np.ndarray:
         """The environment's ``render()`` as (H, W, 3) uint8, for eval frames (floats in [0, 1] scaled)."""
-        image = self.env.render()
+        image = self._call("render")
         if image is None:
-            raise ValueError(f"{env_label(self.env_id)} renders no rgb_array images: leave out --render")
+            raise EnvironmentFailed(f"{env_label(self.env_id)} renders no rgb_array images: leave out --render")
         image = np.asarray(image)
         return (image * 255).round().astype(np.uint8) if image.dtype.kind == "f" else image.astype(np.uint8)
 

@@ -31,6 +31,8 @@ from utils_run import (
     load_checkpoint,
     load_memory,
     load_newest_checkpoint,
+    read_episodes,
+    read_rewards,
     reconcile_rewards,
     save_checkpoint,
     save_memory,
@@ -914,3 +916,106 @@ def test_a_checkpoint_whose_agent_or_game_does_not_fit_the_run(small_run, tmp_pa
     assert "Note: the checkpoint's game cannot be continued, its frame stack is not one of this game's" in (
         capsys.readouterr().out
     )
+
+
+MISBEHAVING = [
+    "--env", "misbehaving_envs:Misbehaving", "--learning-starts", "50", "--memory-size", "500", "--eval-every", "100",
+    "--eval-episodes", "1", "--target-every", "50", "--steps", "300", "--threads", "1",
+]  # fmt: skip
+
+
+@pytest.fixture
+def misbehave(monkeypatch):
+    """``misbehave(what, after)``: misbehaving_envs.Misbehaving does ``what`` once an instance has played ``after``
+    steps."""
+    from misbehaving_envs import Misbehaving
+
+    def start(what: str, after: int) -> None:
+        monkeypatch.setattr(Misbehaving, "misbehaviour", what)
+        monkeypatch.setattr(Misbehaving, "after_steps", after)
+
+    return start
+
+
+@pytest.mark.parametrize(
+    "what,says",
+    [
+        ("nan", "misbehaving_envs:Misbehaving gave a reward of nan, not a finite number"),
+        ("inf", "misbehaving_envs:Misbehaving gave a reward of inf, not a finite number"),
+        ("step raises", "misbehaving_envs:Misbehaving's step raised RuntimeError: the game's server went away"),
+        ("reset raises", "misbehaving_envs:Misbehaving's reset raised RuntimeError: the game's server went away"),
+        (
+            "shape",
+            "misbehaving_envs:Misbehaving gave an observation of shape (20, 40), its observation space's is (40, 40)",
+        ),
+    ],
+)
+def test_an_environment_that_misbehaves_in_training_ends_in_one_line_and_a_checkpoint(
+    tmp_path, capsys, misbehave, what, says
+):
+    """A reward that is not finite (it used to end in rewards.txt, or as 'training diverged ... try a lower --lr'),
+    a step or reset that raises, an observation of another shape: refused the moment it happens, in one line, with
+    a checkpoint of the run before that step (it used to be a traceback, the work since the last checkpoint lost);
+    the logs are ones the program's own tools read, and the run resumes once the environment behaves."""
+    misbehave(what, 150)  # the training game's 150th step; the evaluations' games are 10 steps
+    run = tmp_path / "run"
+    assert main.main([*MISBEHAVING, "--save-memory", "--out", str(run)]) == 1
+    error = capsys.readouterr().err  # the progress bars', then the one line
+    assert error.strip().splitlines()[-1] == (
+        f"main.py: error: {says}; the last checkpoint is {run / 'model_interrupted.pt'} (step 149)"
+    )
+    assert "Traceback" not in error
+    assert load_checkpoint(run / "model_interrupted.pt")["run"]["episodes"] == 14
+    assert len(read_rewards(run / "rewards.txt")) == 2 and len(read_episodes(run / "episodes.csv")) == 14
+    if what == "nan":
+        misbehave(None, 0)
+        assert main.main(["--resume", str(run), "--env", "misbehaving_envs:Misbehaving", "--steps", "200"]) == 0
+        assert len(read_rewards(run / "rewards.txt")) == 3
+
+
+def test_an_environment_that_misbehaves_in_an_evaluation_ends_in_one_line_and_a_checkpoint(
+    tmp_path, capsys, monkeypatch, misbehave
+):
+    """The checkpoint keeps the evaluation due, so a resume plays it first; a playback says the same in one line."""
+    real = main.run_evaluation
+
+    def run_evaluation(args, agent, index, *rest):
+        if index == 1:
+            misbehave("inf", 5)
+        return real(args, agent, index, *rest)
+
+    monkeypatch.setattr(main, "run_evaluation", run_evaluation)
+    run = tmp_path / "run"
+    assert main.main([*MISBEHAVING, "--out", str(run)]) == 1
+    error = capsys.readouterr().err
+    says = "misbehaving_envs:Misbehaving gave a reward of inf, not a finite number"
+    assert error.strip().splitlines()[-1] == (
+        f"main.py: error: {says}; the last checkpoint is {run / 'model_interrupted.pt'} (step 100)"
+    )
+    assert "Traceback" not in error
+    assert load_checkpoint(run / "model_interrupted.pt")["run"]["evaluation_due"]
+    assert len(read_rewards(run / "rewards.txt")) == 1
+    argv = ["--evaluate", str(run), "--env", "misbehaving_envs:Misbehaving", "--eval-episodes", "1"]
+    assert main.main(argv) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"main.py: error: {says}"
+
+
+@pytest.mark.parametrize(
+    "env,flags,message",
+    [
+        ("NoRenderMode", ["--render"], "--render: misbehaving_envs:NoRenderMode cannot be made to render rgb_array "
+         "images (TypeError: NoRenderMode.__init__() got an unexpected keyword argument 'render_mode'"),
+        ("NoImages", ["--render"], "--render: misbehaving_envs:NoImages renders no rgb_array images: leave out --render"),
+        ("Huge", [], "--network nature on misbehaving_envs:Huge's 2000x2000 frames needs at least "),
+    ],
+)  # fmt: skip
+def test_what_an_environment_cannot_do_is_refused_before_anything_is_created(tmp_path, capsys, env, flags, message):
+    """--render with an environment that takes no render_mode or renders no image (a traceback at the first
+    evaluation's first frame), frames so large that the network cannot be built (2000x2000x3 passed the memory
+    check, then asked for 32 GB): one line, exit 2, nothing created."""
+    out = tmp_path / "run"
+    argv = ["--env", f"misbehaving_envs:{env}", *flags, "--memory-size", "100", "--learning-starts", "50"]
+    with pytest.raises(SystemExit) as exit_info:  # the checks alone: were they to let it pass, nothing is built
+        utils_config.parse_config([*argv, "--out", str(out)])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    assert not out.exists()
