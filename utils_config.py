@@ -465,6 +465,11 @@ def merge_saved(
     """A saved configuration (less its ``PER_START_OPTIONS``) over the defaults (for options newer
     than the saved run), under the ``overridable`` options the user typed. Any other typed option must equal its saved value:
     one that differs is refused with ``refusal`` rather than silently ignored."""
+    options = {action.dest: action for action in parser._actions}
+    for name, value in saved.items():  # a value no flag gives would raise in the checks below, or later
+        if name in options and not takes(options[name], value):
+            flag = "--" + name.replace("_", "-")
+            parser.error(f"the saved run's {flag} is {value!r}, not a value of {flag}: its checkpoint is damaged")
     if "env" in given:  # compare game ids, not spellings
         with contextlib.suppress(ValueError):
             given["env"] = resolve_env_id(given["env"])
@@ -474,6 +479,19 @@ def merge_saved(
     defaults = vars(parser.parse_args([]))
     chosen = {k: v for k, v in given.items() if k in overridable}
     return argparse.Namespace(**{**defaults, **saved_options(saved), **chosen})
+
+
+def takes(action: argparse.Action, value: Any) -> bool:
+    """Whether ``value`` is one that ``action``'s flag gives (a saved configuration's, read back)."""
+    if value is None or isinstance(action, argparse.BooleanOptionalAction):
+        return value is action.default or isinstance(value, bool)
+    if action.choices is not None:
+        return value in action.choices
+    if action.type is threads_option:
+        return value == "auto" or (type(value) is int and value >= 1)
+    if action.type in (int, float):
+        return type(value) is int or (action.type is float and type(value) is float)
+    return isinstance(value, str)
 
 
 def saved_options(saved: dict[str, Any]) -> dict[str, Any]:

@@ -1019,3 +1019,20 @@ def test_what_an_environment_cannot_do_is_refused_before_anything_is_created(tmp
         utils_config.parse_config([*argv, "--out", str(out)])
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "name,value", [("lr", "fast"), ("double", "yes"), ("network", "resnet"), ("steps", 2.5), ("threads", 0)]
+)
+def test_a_saved_value_that_no_flag_gives_is_refused_in_one_line(small_run, tmp_path, capsys, name, value):
+    """A configuration value of the wrong type or out of a flag's choices (it was a TypeError traceback, or a
+    KeyError when the network was built): --resume and --evaluate refuse the checkpoint in one line."""
+    run = copy_run(small_run, tmp_path / "run")
+    checkpoint = torch.load(run / "model_002.pt", weights_only=True)
+    torch.save({**checkpoint, "config": {**checkpoint["config"], name: value}}, run / "model_002.pt")
+    before = files_of(run)
+    flag = "--" + name.replace("_", "-")
+    refusal = f"the saved run's {flag} is {value!r}, not a value of {flag}: its checkpoint is damaged"
+    assert error_line(capsys, ["--resume", str(run), "--steps", "300"]).endswith(refusal)
+    assert error_line(capsys, ["--evaluate", str(run)]).endswith(refusal)
+    assert files_of(run) == before
