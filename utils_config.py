@@ -463,8 +463,9 @@ def merge_saved(
     parser: argparse.ArgumentParser, saved: dict[str, Any], given: dict[str, Any], overridable: set[str], refusal: str
 ) -> argparse.Namespace:
     """A saved configuration (less its ``PER_START_OPTIONS``) over the defaults (for options newer
-    than the saved run), under the ``overridable`` options the user typed. Any other typed option must equal its saved value:
-    one that differs is refused with ``refusal`` rather than silently ignored."""
+    than the saved run), under the ``overridable`` options the user typed. Any other typed option
+    must equal its saved value: one that differs is refused with ``refusal`` rather than silently
+    ignored. A saved value that its flag cannot give (a damaged checkpoint) is refused too."""
     options = {action.dest: action for action in parser._actions}
     for name, value in saved.items():  # a value no flag gives would raise in the checks below, or later
         if name in options and not takes(options[name], value):
