@@ -400,12 +400,13 @@ class GymEnv:
         return StepResult(self.frame(self._checked(observation)), reward, False, bool(terminated), bool(truncated))
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """The environment's ``reset`` or ``step``; what it raises, as EnvironmentFailed."""
+        """The environment's ``reset``, ``step`` or ``render``; what it raises, as EnvironmentFailed (in one line)."""
         try:
             return getattr(self.env, method)(*args, **kwargs)
         except Exception as error:  # someone else's code can raise anything
+            reason = " ".join(str(error).split())
             raise EnvironmentFailed(
-                f"{env_label(self.env_id)}'s {method} raised {type(error).__name__}: {error}"
+                f"{env_label(self.env_id)}'s {method} raised {type(error).__name__}: {reason}"
             ) from error
 
     def _checked(self, observation: Any) -> np.ndarray:
