@@ -24,7 +24,7 @@ import gymnasium
 import numpy as np
 
 import main
-from utils_config import build_parser, device_problem, parse_config, pick_device
+from utils_config import build_parser, device_problem, parse_config, pick_device, saved_options
 from utils_drl import Agent
 from utils_env import (
     FRAME_SIZE,
@@ -51,8 +51,8 @@ class TrainedAgent:
     names code (``module:Class``, an environment object's spec) is made only with ``trust_env=True``."""
 
     def __init__(self, checkpoint: dict[str, Any], device: str = "auto", trust_env: bool = False) -> None:
-        defaults = vars(build_parser().parse_args([]))
-        self.config = argparse.Namespace(**{**defaults, **checkpoint["config"]})  # options newer than the run: defaults
+        # Options newer than the run: defaults; the network's (PER_START_OPTIONS) never come from a file.
+        self.config = argparse.Namespace(**saved_options(checkpoint["config"]))
         untrusted = saved_env_refusal(str(self.config.env))
         if untrusted and trust_env is not True:
             raise ValueError(f"{untrusted}: pass trust_env=True if you trust where the checkpoint came from")

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -61,9 +61,9 @@ from utils_env import (
     GYM_ENV_NOTE,
     AtariEnv,
     EmulatorStateError,
+    EnvironmentFailed,
     EvaluationStopped,
     GymEnv,
-    ObservationError,
     Player,
     env_label,
     episode_steps,
@@ -98,21 +98,7 @@ from utils_run import (
     settle_memory,
     start_episodes,
 )
-from utils_types import EvalResult, FinishedGames, GameResult, StackRule
-
-
-@dataclass
-class Progress:
-    """Counters that a checkpoint carries across a resume."""
-
-    step: int = 0
-    evaluations: int = 0  # evaluations done; the next one gets this index
-    episodes: int = 0
-    wall_seconds: float = 0.0
-    last_score: float = float("nan")
-    threads: int = 0  # the learner's CPU threads (0: unknown, an older checkpoint)
-    evaluation_due: bool = False  # a stop interrupted the evaluation at this step: a resume does it first
-    evaluation_games: dict[str, Any] | None = None  # the games it had finished (FinishedGames), not played again
+from utils_types import EvalResult, FinishedGames, GameResult, Progress, StackRule
 
 
 class StopRequest:
@@ -206,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as error:
             print(f"{program('main.py')}: error: {describe_os_error(error)}", file=sys.stderr, flush=True)
             return 1
-        except ObservationError as error:
+        except EnvironmentFailed as error:
             print(f"{program('main.py')}: error: {error}", file=sys.stderr, flush=True)
             return 1
     return train(args, checkpoint).exit_code
@@ -268,12 +254,10 @@ def train(args: argparse.Namespace, checkpoint: dict[str, Any] | None) -> TrainS
         message = f"the device ran out of memory ({reason}); {last_checkpoint(out)}. Try --memory-device host"
     except RayStartError as error:
         message = str(error)
-    except ApexError as error:
+    except (ApexError, EnvironmentFailed) as error:
         message = f"{error}; {last_checkpoint(out)}"
-    except (RunFolderError, RunLogError) as error:
+    except (RunFolderError, RunLogError, CheckpointError) as error:
         message = str(error)
-    except ObservationError as error:
-        message = f"{error}; {last_checkpoint(out)}"
     except OSError as error:
         message = describe_os_error(error)
     print(f"{program('main.py')}: error: {message}", file=sys.stderr, flush=True)
@@ -284,9 +268,13 @@ def run_training(args: argparse.Namespace, checkpoint: dict[str, Any] | None, st
     run = Trainer(args, checkpoint, stop)
     try:
         if not args.actors:
-            run.begin(refill=lambda count: refill_by_playing(run, count))
-            play_and_learn(run)
-            return run.finish()
+            try:
+                run.begin(refill=lambda count: refill_by_playing(run, count))
+                play_and_learn(run)
+                return run.finish()
+            except EnvironmentFailed:  # the step it failed in is not taken: the checkpoint is the run before it
+                run.save_interrupted()
+                raise
         started_ray = start_ray(args.ray_address, max(args.actors, available_cpus()))
         pool = ActorPool(actor_config(args, run.env), args.actors, args.actor_timeout, report=tqdm.write)
         try:
@@ -404,18 +392,28 @@ class Trainer:
         self.started, self.wall_base, self.evaluation_seconds = time.perf_counter(), 0.0, 0.0
         if checkpoint is not None:
             self.progress = Progress(**checkpoint["run"])
-            self.agent.load_state_dict(checkpoint["agent"])
+            try:  # load_checkpoint checked the parts' kinds; the network's shapes are this run's
+                self.agent.load_state_dict(checkpoint["agent"])
+                torch.set_rng_state(checkpoint["torch_rng"])
+            except (KeyError, TypeError, ValueError, RuntimeError) as error:
+                reason = " ".join(str(error).split())[:200]  # load_state_dict's lists span lines
+                raise CheckpointError(
+                    f"cannot resume: the checkpoint's agent does not fit this run ({type(error).__name__}: {reason}); "
+                    "nothing was changed"
+                ) from None
             if self.player and checkpoint["player"] is not None:
                 try:
                     self.player.load_state_dict(checkpoint["player"])
-                except EmulatorStateError as error:
+                except (EmulatorStateError, ValueError) as error:  # ValueError: a stack of another shape
+                    why = "frame stack is not one of this game's"
+                    if isinstance(error, EmulatorStateError):
+                        why = f"emulator state is {error}"
                     print(
-                        f"Note: the checkpoint's game cannot be continued, its emulator state is {error}; training "
+                        f"Note: the checkpoint's game cannot be continued, its {why}; training "
                         "goes on from a new game, so the run is no longer the one it would have been",
                         flush=True,
                     )
                     self.player.new_game()
-            torch.set_rng_state(checkpoint["torch_rng"])
             self.wall_base = self.progress.wall_seconds
             for note in reconcile_with_checkpoint(out, checkpoint):
                 print(f"Note: {note}", flush=True)
@@ -462,6 +460,8 @@ class Trainer:
         args, progress = self.args, self.progress
         progress.step += 1
         if game is not None:
+            if not math.isfinite(game.score):  # finite rewards that add up to more than a float holds
+                raise EnvironmentFailed(f"a training game's score became {game.score}, its rewards too large to add")
             progress.episodes += 1
             append_line(self.out / EPISODES_FILE, episode_line(progress.step, game, epsilon, self.wall_seconds()))
             if self.writer:
@@ -563,6 +563,13 @@ class Trainer:
         index = progress.evaluations
         progress.evaluation_due = True
         finished = FinishedGames(**progress.evaluation_games) if progress.evaluation_games else None
+        if finished and len(finished.scores) >= self.args.eval_episodes:  # --eval-episodes lowered on resume
+            print(
+                f"Note: the stopped evaluation had finished {len(finished.scores)} games, --eval-episodes is now "
+                f"{self.args.eval_episodes}: it starts again from its first game",
+                flush=True,
+            )
+            finished = None
         try:
             result = run_evaluation(self.args, self.agent, index, self.out, lambda: self.stop.requested, finished)
         except EvaluationStopped as stop:
@@ -571,6 +578,9 @@ class Trainer:
             return
         finally:
             self.evaluation_seconds += time.perf_counter() - evaluation_start
+        scores = np.asarray(result.scores)
+        if not np.isfinite([scores.mean(), scores.std()]).all():  # finite rewards, too large to add up
+            raise EnvironmentFailed(f"evaluation {index}'s scores are too large to add up ({scores.max()})")
         progress.evaluation_due, progress.evaluation_games = False, None
         progress.evaluations += 1
         progress.last_score = float(np.mean(result.scores))

@@ -27,6 +27,8 @@ from utils_env import (
     FRAME_SKIP,
     NOOP_UNITS,
     STACK_DEPTH,
+    EnvironmentFailed,
+    GymEnv,
     ale_id_note,
     env_label,
     env_layout,
@@ -35,15 +37,20 @@ from utils_env import (
     resolve_env_id,
     saved_env_refusal,
 )
-from utils_model import NETWORKS, smallest_input
+from utils_model import NETWORKS, network_size, smallest_input
 from utils_run import MEMORY_FILE, REWARDS_FILE, CheckpointError, load_checkpoint, load_newest_checkpoint
 
-# Options that may differ when a run is resumed; all others must match the saved run.
+# Options that may differ when a run is resumed; all others must match the saved run. Evaluations change nothing
+# in training (each plays a game seeded by (seed, index) with its own generator), so their schedule and size may too.
 RESUMABLE_OPTIONS = {
     "steps", "device", "memory_device", "cuda_graphs", "threads", "render", "save_memory", "tensorboard", "resume",
-    "keep_checkpoints",
+    "keep_checkpoints", "eval_every", "eval_episodes",
     "replay_ratio", "weights_every", "chunk_steps", "actor_timeout", "ray_address",
 }  # fmt: skip
+# Options that reach the network (the Ray cluster an Ape-X learner joins, and ships this project's code to): the
+# user gives them on each start. A saved run's value is never read back, so a checkpoint someone else made cannot
+# choose the host this machine connects to (--resume, --evaluate and dqn.load_agent drop it).
+PER_START_OPTIONS = {"ray_address"}
 # Options that --evaluate takes from the user; the others come from the checkpoint. Of these, a
 # playback's own (not the run's) unless given: the number of games, and whether to save frames.
 PLAYBACK_OPTIONS = {
@@ -396,7 +403,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--evaluate",
         default=None,
         metavar="CHECKPOINT",
-        help="play --eval-episodes games with a saved network instead of training",
+        help="play --eval-episodes games with a saved network instead of training: a model_NNN.pt, or a run folder "
+        "(its newest checkpoint)",
     )
     return parser
 
@@ -456,8 +464,10 @@ def learning_config(options: dict[str, Any]) -> dict[str, Any]:
 
 
 def saved_options(saved: dict[str, Any]) -> dict[str, Any]:
-    """A run's saved configuration, with main.py's defaults for the options newer than the run."""
-    return {**vars(build_parser().parse_args([])), **saved}
+    """A run's saved configuration as a new start takes it: main.py's defaults for the options newer than the run,
+    and for ``PER_START_OPTIONS``, which come from the user on each start, never from a file."""
+    kept = {name: value for name, value in saved.items() if name not in PER_START_OPTIONS}
+    return {**vars(build_parser().parse_args([])), **kept}
 
 
 def settings_differences(theirs: dict[str, Any], mine: dict[str, Any]) -> str | None:
@@ -501,8 +511,14 @@ def playback_config(
     """--evaluate: the checkpoint's configuration, with the playback options the user gave."""
     if args.resume is not None:
         parser.error("--evaluate plays a checkpoint; it does not go with --resume")
+    source = Path(args.evaluate)
     try:
-        checkpoint = load_checkpoint(Path(args.evaluate))
+        if source.is_dir():  # a run folder: its newest checkpoint, as --resume picks it
+            source, checkpoint, notes = load_newest_checkpoint(source)
+            for note in notes:
+                print(f"Note: {note}", flush=True)
+        else:
+            checkpoint = load_checkpoint(source)
     except CheckpointError as error:
         parser.exit(2, f"{parser.prog}: error: cannot evaluate: {error}\n")
     given = explicit_options(parser, argv)
@@ -511,6 +527,7 @@ def playback_config(
         if name not in given:
             setattr(args, name, parser.get_default(name))
     args.out = given.get("out")
+    args.evaluate = str(source)  # the checkpoint played, named in what it prints and its frames' folder
     check_values(parser, args)
     return args, checkpoint
 
@@ -518,10 +535,15 @@ def playback_config(
 def merge_saved(
     parser: argparse.ArgumentParser, saved: dict[str, Any], given: dict[str, Any], overridable: set[str], refusal: str
 ) -> argparse.Namespace:
-    """A saved configuration over the defaults (for options newer than the saved run), under the
-    ``overridable`` options the user typed. Any other typed option must equal its saved value:
-    one that differs is refused with ``refusal`` rather than silently ignored. A saved environment that names code
-    is made only when the user names it again with --env (a run folder may come from anyone)."""
+    """A saved configuration (less its ``PER_START_OPTIONS``) over the defaults (for options newer
+    than the saved run), under the ``overridable`` options the user typed. Any other typed option
+    must equal its saved value: one that differs is refused with ``refusal`` rather than silently
+    ignored. A saved value that its flag cannot give (a damaged checkpoint) is refused too."""
+    options = {action.dest: action for action in parser._actions}
+    for name, value in saved.items():  # a value no flag gives would raise in the checks below, or later
+        if name in options and not takes(options[name], value):
+            flag = "--" + name.replace("_", "-")
+            parser.error(f"the saved run's {flag} is {value!r}, not a value of {flag}: its checkpoint is damaged")
     untrusted = saved_env_refusal(str(saved.get("env", "")))
     if untrusted and "env" not in given:
         parser.error(
@@ -533,8 +555,21 @@ def merge_saved(
     for name, value in given.items():
         if name not in overridable and name != "out" and saved.get(name) != value:
             parser.error(f"--{name.replace('_', '-')} {refusal} (the run used {saved.get(name)!r})")
-    defaults = vars(parser.parse_args([]))
-    return argparse.Namespace(**{**defaults, **saved, **{k: v for k, v in given.items() if k in overridable}})
+    chosen = {k: v for k, v in given.items() if k in overridable}
+    return argparse.Namespace(**{**saved_options(saved), **chosen})
+
+
+def takes(action: argparse.Action, value: Any) -> bool:
+    """Whether ``value`` is one that ``action``'s flag gives (a saved configuration's, read back)."""
+    if value is None or isinstance(action, argparse.BooleanOptionalAction):
+        return value is action.default or isinstance(value, bool)
+    if action.choices is not None:
+        return value in action.choices
+    if action.type is threads_option:
+        return value == "auto" or (type(value) is int and value >= 1)
+    if action.type in (int, float):
+        return type(value) is int or (action.type is float and type(value) is float)
+    return isinstance(value, str)
 
 
 def check_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -636,18 +671,49 @@ def check_gym_env(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
             "environment, which plays as it is made"
         )
     try:
-        _, frame_shape = env_layout(args.env)
+        depth, frame_shape = env_layout(args.env)
     except ValueError as error:
         parser.error(f"--env {name}: {error}")
     except Exception as error:  # making someone else's environment can raise anything
         parser.error(f"--env {name} cannot be made ({type(error).__name__}: {error})")
     smallest = smallest_input(args.network)
+    height, width = frame_shape[-2:]
     if min(frame_shape[-2:]) < smallest:
-        height, width = frame_shape[-2:]
         parser.error(
             f"--network {args.network} needs frames of at least {smallest}x{smallest} pixels, {name}'s are "
             f"{height}x{width}: try --network minatar (Young & Tian 2019's, for 10x10 frames)"
         )
+    needed = network_bytes(args, (depth * math.prod(frame_shape[:-2]), height, width))
+    device = pick_device(args.device) if device_problem(args.device) is None else None  # else refused below
+    free = device_free_memory(device) if device else math.inf
+    if needed > free:
+        parser.error(
+            f"--network {args.network} on {name}'s {height}x{width} frames needs at least {needed / 2**30:.1f} GiB "
+            f"(its weights{', gradients, Adam moments and a batch' if args.evaluate is None else ''}), "
+            f"{free / 2**30:.1f} GiB is free on {device}: give it smaller frames (gymnasium's ResizeObservation)"
+        )
+    if args.render:  # checked now, not at the first evaluation's first frame
+        try:
+            game = GymEnv(args.env, args.seed, render=True)
+            game.reset()
+            game.rgb()
+            game.env.close()
+        except EnvironmentFailed as error:
+            parser.error(f"--render: {error}")
+        except Exception as error:  # making someone else's environment can raise anything
+            parser.error(
+                f"--render: {name} cannot be made to render rgb_array images ({type(error).__name__}: {error})"
+            )
+
+
+def network_bytes(args: argparse.Namespace, input_shape: tuple[int, int, int]) -> int:
+    """Memory, at least, that the network of --network takes on states of ``input_shape``: to train (the online
+    and target networks, the online one's gradients and Adam's two moments, and a batch's activations forward in
+    both networks and backward), or to play a checkpoint (one network, one state's activations)."""
+    parameters, activations = network_size(1, input_shape, args.dueling, args.network)  # one action: at least
+    if args.evaluate is not None:
+        return 4 * (parameters + activations)
+    return 4 * (5 * parameters + 3 * args.batch_size * activations)
 
 
 def check_training(parser: argparse.ArgumentParser, args: argparse.Namespace, resuming: bool) -> None:

@@ -23,6 +23,7 @@ import functools
 import importlib
 import importlib.metadata
 import json
+import math
 import re
 import shutil
 import time
@@ -362,8 +363,15 @@ class EmulatorStateError(Exception):
     """A saved game state that cannot be restored; the message says why."""
 
 
-class ObservationError(ValueError):
-    """A gymnasium environment gave an observation that is not what its observation space declares."""
+class EnvironmentFailed(Exception):
+    """A gymnasium environment did what a run cannot go on from (raised in ``reset`` or ``step``, gave a reward
+    that is not a finite number, an observation of another shape than its space's, no image to render); the
+    message says in one line what it did."""
+
+
+class ObservationError(EnvironmentFailed, ValueError):
+    """A gymnasium environment gave an observation that is not what its observation space declares (its shape, its
+    dtype, its range): at the first one, a bad --env (ValueError); later, a run that cannot go on."""
 
 
 GYM_ENV_NOTE = (
@@ -482,18 +490,24 @@ class GymEnv:
         observation = self._checked(observation)
         return np.stack([self._convert(frame) for frame in (observation if self._stacked else [observation])])
 
-    def _checked(self, observation: np.ndarray) -> np.ndarray:
-        """``observation`` as an array, when it holds what the observation space declares."""
+    def _checked(self, observation: Any) -> np.ndarray:
+        """``observation`` as an array, when it holds what the observation space declares: its shape, its dtype
+        (a cast would change it silently) and, where frames are scaled, its range (they would wrap around 255)."""
         observation = np.asarray(observation)
+        name, expected = env_label(self.env_id), self.env.observation_space.shape
+        if observation.shape != expected:
+            raise ObservationError(
+                f"{name} gave an observation of shape {observation.shape}, its observation space's is {expected}"
+            )
         if observation.dtype != self._dtype:
             raise ObservationError(
-                f"{env_label(self.env_id)} gave an observation of {observation.dtype} values, its observation_space "
-                f"declares {self._dtype}: give {self._dtype} ones (a cast would change them silently)"
+                f"{name} gave an observation of {observation.dtype} values, its observation_space declares "
+                f"{self._dtype}: give {self._dtype} ones (a cast would change them silently)"
             )
-        if self._scale > 1 and observation.max() > self._brightest:  # scaled, it would wrap around 255
+        if self._scale > 1 and observation.max() > self._brightest:
             raise ObservationError(
-                f"{env_label(self.env_id)} gave an observation with a pixel of {observation.max()}, above the "
-                f"{self._brightest} its observation_space declares"
+                f"{name} gave an observation with a pixel of {observation.max()}, above the {self._brightest} its "
+                "observation_space declares"
             )
         return observation
 
@@ -507,19 +521,35 @@ class GymEnv:
 
     def reset(self) -> np.ndarray:
         """A new episode (the first seeded with the seed given); its first frame."""
-        observation, _ = self.env.reset(seed=self._seed)
+        observation, _ = self._call("reset", seed=self._seed)
         self._seed = None  # later episodes go on from the environment's own random state
         return self.frame(observation)
 
     def step(self, action: int) -> StepResult:
-        observation, reward, terminated, truncated, _ = self.env.step(action + self._first_action)
-        return StepResult(self.frame(observation), float(reward), False, bool(terminated), bool(truncated))
+        observation, reward, terminated, truncated, _ = self._call("step", action + self._first_action)
+        try:
+            reward = float(reward)
+        except (TypeError, ValueError):
+            reward = math.nan
+        if not math.isfinite(reward):  # it would end in the logs, and a nan in the memory ends learning
+            raise EnvironmentFailed(f"{env_label(self.env_id)} gave a reward of {reward}, not a finite number")
+        return StepResult(self.frame(observation), reward, False, bool(terminated), bool(truncated))
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """The environment's ``reset``, ``step`` or ``render``; what it raises, as EnvironmentFailed (in one line)."""
+        try:
+            return getattr(self.env, method)(*args, **kwargs)
+        except Exception as error:  # someone else's code can raise anything
+            reason = " ".join(str(error).split())
+            raise EnvironmentFailed(
+                f"{env_label(self.env_id)}'s {method} raised {type(error).__name__}: {reason}"
+            ) from error
 
     def rgb(self) -> np.ndarray:
         """The environment's ``render()`` as (H, W, 3) uint8, for eval frames (floats in [0, 1] scaled)."""
-        image = self.env.render()
+        image = self._call("render")
         if image is None:
-            raise ValueError(f"{env_label(self.env_id)} renders no rgb_array images: leave out --render")
+            raise EnvironmentFailed(f"{env_label(self.env_id)} renders no rgb_array images: leave out --render")
         image = np.asarray(image)
         return (image * 255).round().astype(np.uint8) if image.dtype.kind == "f" else image.astype(np.uint8)
 

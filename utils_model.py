@@ -16,6 +16,7 @@ al. 2016), in three variants (``--network``) that share this one class:
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -53,6 +54,20 @@ def smallest_input(network: str) -> int:
     for _, kernel, stride in reversed(spec.convolutions):
         size = (size - 1) * stride + kernel
     return size
+
+
+def network_size(n_actions: int, input_shape: tuple[int, int, int], dueling: bool, network: str) -> tuple[int, int]:
+    """The parameters of ``network`` on states of ``input_shape``, and the floats its forward pass holds for one
+    state (the scaled input and every layer's output); built on the meta device, so nothing is allocated, however
+    large the frames."""
+    outputs: list[int] = []
+    with torch.device("meta"):
+        model = QNetwork(n_actions, input_shape, dueling, network)
+        for module in model.modules():
+            if not list(module.children()):
+                module.register_forward_hook(lambda _module, _input, output: outputs.append(output.numel()))
+        model(torch.zeros((1, *input_shape), dtype=torch.uint8))
+    return sum(p.numel() for p in model.parameters()), math.prod(input_shape) + sum(outputs)
 
 
 class QNetwork(nn.Module):

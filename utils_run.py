@@ -18,6 +18,7 @@ evaluation or game is ever missing or logged twice.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import fcntl
 import io
@@ -35,7 +36,7 @@ from typing import Any, TextIO
 import numpy as np
 import torch
 
-from utils_types import EvalResult, GameResult
+from utils_types import EvalResult, FinishedGames, GameResult, Progress
 
 REWARDS_FILE = "rewards.txt"
 EPISODES_FILE = "episodes.csv"
@@ -397,7 +398,8 @@ def load_memory(
     path: Path, step: int, config: dict[str, Any], defaults: dict[str, Any]
 ) -> tuple[dict[str, Any] | None, str]:
     """The saved replay memory's state if it belongs to the checkpoint at ``step`` of a run with
-    ``config``; otherwise None and why not (empty when there is no saved memory). An option newer
+    ``config`` (a memory saved with more options, which a resume may now change, belongs to it when those
+    of ``config`` agree); otherwise None and why not (empty when there is no saved memory). An option newer
     than the saved memory counts as its value in ``defaults``, which plays as the program did before it."""
     if not path.exists():
         return None, ""
@@ -409,7 +411,8 @@ def load_memory(
         return None, f"{path} is not a replay memory of this program"
     if saved["step"] != step:
         return None, f"{path} was saved at step {saved['step']}, not at the checkpoint's step {step}"
-    if not isinstance(saved.get("config"), dict) or {**defaults, **saved["config"]} != config:
+    stored = saved.get("config")
+    if not isinstance(stored, dict) or any({**defaults, **stored}.get(name) != value for name, value in config.items()):
         return None, f"{path} belongs to a run with other settings"
     return saved["memory"], ""
 
@@ -557,8 +560,87 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path} is not a checkpoint of this program (format {CHECKPOINT_FORMAT})")
     parts = {"config": dict, "run": dict, "agent": dict}
     broken = sorted(name for name, kind in parts.items() if not isinstance(payload.get(name), kind))
-    if not broken and not isinstance(payload["run"].get("step"), int):
+    if not broken and not is_count(payload["run"].get("step")):
         broken = ["run step"]
+    broken = broken or damaged_parts(payload)
     if broken:
         raise CheckpointError(f"{path} is not a whole checkpoint (its {', '.join(broken)} missing or damaged)")
     return payload
+
+
+def damaged_parts(payload: dict[str, Any]) -> list[str]:
+    """The parts of a loaded checkpoint that a run could not use, checked before any of it is (a resume
+    renames nothing for a checkpoint it refuses): the configuration's values (flags' values, none nested), the
+    run's counters, a stopped evaluation's games and generator state, the player's state, the agent's
+    generator and torch's RNG state, where the checkpoint has them (a playback needs only the network). The
+    network's tensors are checked when loaded into the run's network."""
+    config, run, player = payload["config"], payload["run"], payload.get("player")
+    broken = [f"config's {name!r}" for name, value in config.items() if not isinstance(name, str) or not is_flag(value)]
+    counters = {field.name: field.default for field in dataclasses.fields(Progress)}
+    for name, value in run.items():
+        default = counters.get(name, ...)
+        if name == "evaluation_games":
+            whole = value is None or finished_games_whole(value)
+        elif isinstance(default, bool):
+            whole = isinstance(value, bool)
+        elif isinstance(default, int):
+            whole = is_count(value)
+        else:  # a float; or a field no version of this program writes
+            whole = isinstance(default, float) and is_real(value)
+        if not whole:
+            broken.append(f"run's {name!r}")
+    if player is not None and not (
+        isinstance(player, dict)
+        and isinstance(player.get("env"), dict)
+        and isinstance(player.get("stack"), torch.Tensor)
+        and player["stack"].dtype == torch.uint8
+        and isinstance(player.get("first"), bool)
+        and is_real(player.get("episode_return"))
+        and is_count(player.get("episode_length", 0))
+    ):
+        broken.append("player")
+    if "rng" in payload["agent"] and not generator_state_whole(payload["agent"]["rng"]):
+        broken.append("agent's generator")
+    rng = payload.get("torch_rng", torch.get_rng_state())
+    if not (isinstance(rng, torch.Tensor) and rng.dtype == torch.uint8 and rng.shape == torch.get_rng_state().shape):
+        broken.append("torch RNG state")
+    line = payload.get("rewards_line")
+    if line is not None and not (isinstance(line, str) and len(line.splitlines()) == 1):
+        broken.append("rewards line")
+    return broken
+
+
+def finished_games_whole(games: Any) -> bool:
+    """Whether ``games`` is a ``FinishedGames`` as a checkpoint holds it (a dict of its fields)."""
+    return (
+        isinstance(games, dict)
+        and set(games) == set(FinishedGames._fields)
+        and isinstance(games["scores"], list)
+        and all(is_real(score) for score in games["scores"])
+        and is_count(games["steps"])
+        and is_real(games["seconds"])
+        and isinstance(games["env"], dict)
+        and (games["act_rng"] is None or generator_state_whole(games["act_rng"]))
+    )
+
+
+def generator_state_whole(state: Any) -> bool:
+    """Whether ``state`` is a numpy generator's ``bit_generator.state`` that a generator takes."""
+    try:
+        np.random.default_rng().bit_generator.state = state
+    except Exception:  # numpy raises TypeError, ValueError or KeyError for a state it cannot take
+        return False
+    return True
+
+
+def is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def is_real(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def is_flag(value: Any) -> bool:
+    """Whether ``value`` is what a flag holds: a number, a string, a switch or None (nothing nested)."""
+    return value is None or isinstance(value, bool | int | float | str)

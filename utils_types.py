@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -61,6 +62,20 @@ class FinishedGames(NamedTuple):
     seconds: float  # their time
     env: dict[str, Any]  # the game's ``get_state()`` before the next game's reset
     act_rng: dict[str, Any] | None  # the acting generator's ``bit_generator.state`` then
+
+
+@dataclass
+class Progress:
+    """Counters that a checkpoint carries across a resume."""
+
+    step: int = 0
+    evaluations: int = 0  # evaluations done; the next one gets this index
+    episodes: int = 0
+    wall_seconds: float = 0.0
+    last_score: float = float("nan")
+    threads: int = 0  # the learner's CPU threads (0: unknown, an older checkpoint)
+    evaluation_due: bool = False  # a stop interrupted the evaluation at this step: a resume does it first
+    evaluation_games: dict[str, Any] | None = None  # the games it had finished (FinishedGames), not played again
 
 
 class StackRule(NamedTuple):

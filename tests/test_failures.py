@@ -2,6 +2,8 @@
 one folder, a bad saved memory, a failing disk and a second Ctrl-C. Each ends in one line (or a
 correct run) and leaves every earlier file as it was."""
 
+import dataclasses
+import io
 import itertools
 import json
 import math
@@ -29,11 +31,15 @@ from utils_run import (
     RunLogError,
     WriteError,
     load_checkpoint,
+    load_memory,
     load_newest_checkpoint,
     read_config,
+    read_episodes,
+    read_rewards,
     reconcile_rewards,
     save_checkpoint,
     save_config,
+    save_memory,
     start_episodes,
     write_atomically,
 )
@@ -474,6 +480,32 @@ def test_ctrl_c_during_an_evaluation_writes_no_score_and_a_resume_goes_on_from_i
             assert torch.equal(value, finished["agent"]["online"][key]), (evaluation, key)
 
 
+def test_a_stopped_evaluation_resumed_with_fewer_games_than_it_finished_starts_again(tmp_path, monkeypatch, capsys):
+    """--eval-episodes may change on resume: an evaluation that had finished more games than the new count plays
+    the new count from its first game (the same games: each evaluation's are seeded by the run's seed and its index)."""
+    run = tmp_path / "run"
+    common = [*TINY, "--max-episode-frames", "400", "--steps", "200", "--eval-every", "200"]
+    with monkeypatch.context() as patch:  # a game is at most 100 steps (400 frames): 2 games or more are done
+        stop_during_evaluation(patch, 1, steps=210)
+        assert main.main([*common, "--eval-episodes", "4", "--out", str(run)]) == 130
+    assert len(load_checkpoint(run / "model_interrupted.pt")["run"]["evaluation_games"]["scores"]) >= 2
+    capsys.readouterr()
+    with monkeypatch.context() as patch:
+        played = count_games(patch)
+        assert main.main(["--resume", str(run), "--steps", "200", "--eval-episodes", "2"]) == 0
+    assert "--eval-episodes is now 2: it starts again from its first game" in capsys.readouterr().out
+    assert played[0] == 2 and [line[:7] for line in scores(run)][-1][6] == "2"
+
+
+def test_a_memory_saved_with_options_a_resume_may_now_change_still_belongs(tmp_path):
+    """Memories saved before --eval-every could change on resume hold it in their settings: they still load."""
+    config = {"memory_size": 1000, "n_step": 1}
+    save_memory(tmp_path / MEMORY_FILE, {"frames": torch.zeros(2)}, 100, {**config, "eval_every": 50})
+    state, reason = load_memory(tmp_path / MEMORY_FILE, 100, config)
+    assert state is not None and reason == ""
+    assert load_memory(tmp_path / MEMORY_FILE, 100, {**config, "n_step": 3})[1].endswith("a run with other settings")
+
+
 def count_games(monkeypatch) -> list[int]:
     """A one-item list counting the games ``main``'s evaluations play from now on."""
     played, real = [0], main.evaluate
@@ -895,3 +927,232 @@ def test_nothing_in_a_run_folder_is_ever_unpickled(tmp_path):
     # The same bytes, if they were unpickled, would have run the command.
     __import__("pickle").loads(checkpoint["player"]["env"]["ale"])
     assert marker.exists()
+
+
+def crafted_run(folder: Path, argv: list[str], **changes) -> Path:
+    """A run folder holding one checkpoint (model_001.pt, at step 100, with an untrained network) of the run ``argv``
+    gives, its configuration changed by ``changes``: what a stranger's folder can hold, made without training."""
+    args, _ = utils_config.parse_config([*argv, "--out", str(folder)])
+    env = main.make_env(args, args.seed)
+    agent = main.Agent(env.n_actions, torch.device("cpu"), seed=args.seed, **main.agent_options(args, env))
+    config = {**{k: v for k, v in vars(args).items() if k != "resume"}, **changes}
+    folder.mkdir(parents=True)
+    progress = main.Progress(step=100, evaluations=2)
+    save_checkpoint(
+        folder / "model_001.pt",
+        {"config": config, "run": dataclasses.asdict(progress), "agent": agent.state_dict(), "player": None,
+         "torch_rng": torch.get_rng_state(), "rewards_line": None},
+    )  # fmt: skip
+    return folder
+
+
+def test_a_checkpoint_never_chooses_the_ray_cluster(tmp_path):
+    """An Ape-X folder whose checkpoint names a Ray cluster: a resume without --ray-address starts Ray here,
+    --evaluate and dqn.load_agent never read it (the address comes from the user on each start); one typed is used."""
+    import dqn
+
+    run = crafted_run(tmp_path / "apex", [*TINY, "--actors", "2"], ray_address="203.0.113.7:6379")
+    args, _ = utils_config.parse_config(["--resume", str(run), "--steps", "300"])
+    assert (args.actors, args.ray_address) == (2, None)
+    args, _ = utils_config.parse_config(["--resume", str(run), "--steps", "300", "--ray-address", "10.1.2.3:6379"])
+    assert args.ray_address == "10.1.2.3:6379"
+    args, _ = utils_config.parse_config(["--evaluate", str(run / "model_001.pt")])
+    assert args.ray_address is None
+    assert dqn.load_agent(run, device="cpu").config.ray_address is None
+
+
+def save_with_nested_config(path: Path, payload: dict, key: str, depth: int) -> None:
+    """``payload`` as a checkpoint whose config[key] is a list nested ``depth`` deep: torch.save cannot pickle one
+    that deep, but its unpickler reads one (torch's older file format, its pickle edited)."""
+    marker = "NESTED-VALUE"
+    buffer = io.BytesIO()
+    torch.save({**payload, "config": {**payload["config"], key: marker}}, buffer, _use_new_zipfile_serialization=False)
+    opcode = b"X" + len(marker).to_bytes(4, "little") + marker.encode()  # BINUNICODE
+    nested = b"]" * depth + b"a" * (depth - 1)  # EMPTY_LIST depth times, then APPEND each into the one below
+    path.write_bytes(buffer.getvalue().replace(opcode, nested))
+
+
+@pytest.mark.parametrize(
+    "damage,part",
+    [
+        (lambda c: c["run"].update(evaluation_due=True, evaluation_games={"scores": [1.0], "steps": 5, "seconds": 1.0,
+                                   "env": {}, "act_rng": {"bit_generator": "PCG64", "state": "garbage"}}),
+         "run's 'evaluation_games'"),
+        (lambda c: c["run"].update(evaluation_due=True, evaluation_games={"scores": "1.0", "steps": 5, "seconds": 1.0,
+                                   "env": {}, "act_rng": None}), "run's 'evaluation_games'"),
+        (lambda c: c["run"].update(evaluation_games={"scores": [], "steps": 0, "seconds": 0.0, "env": {},
+                                   "act_rng": None, "more": 1}), "run's 'evaluation_games'"),
+        (lambda c: c["run"].update(evaluations="2"), "run's 'evaluations'"),
+        (lambda c: c["run"].update(evaluation_due=1), "run's 'evaluation_due'"),
+        (lambda c: c["run"].update(epsilon=0.5), "run's 'epsilon'"),
+        (lambda c: c["player"].update(first="yes"), "player"),
+        (lambda c: c["player"].update(stack=[[0]]), "player"),
+        (lambda c: c.update(torch_rng=torch.zeros(10, dtype=torch.uint8)), "torch RNG state"),
+        (lambda c: c["agent"].update(rng={"bit_generator": "MT19937"}), "agent's generator"),
+        (lambda c: c.update(rewards_line="  2      240 1.0\nrm -rf ~\n"), "rewards line"),
+        (lambda c: c["config"].update(lr=[1e-4]), "config's 'lr'"),
+        ("nested", "config's 'notes'"),
+    ],
+)  # fmt: skip
+def test_a_malformed_checkpoint_is_refused_before_any_file_is_touched(small_run, tmp_path, capsys, damage, part):
+    """Parts of the wrong kind (a stopped evaluation's state, the run's counters, the player's state, generator
+    states, a config value nested 100,000 deep): refused in one line as the checkpoint is read, before a resume
+    moves any rewards.txt line to a .bak, as a checkpoint that cannot be read is; --evaluate refuses it too."""
+    run = copy_run(small_run, tmp_path / "run")
+    for older in ("model_000.pt", "model_001.pt"):  # the damaged checkpoint is the only one
+        (run / older).unlink()
+    checkpoint = torch.load(run / "model_002.pt", weights_only=True)
+    if damage == "nested":
+        save_with_nested_config(run / "model_002.pt", checkpoint, "notes", 100_000)
+    else:
+        damage(checkpoint)
+        torch.save(checkpoint, run / "model_002.pt")
+    before = files_of(run)
+    refusal = f"{run / 'model_002.pt'} is not a whole checkpoint (its {part} missing or damaged)"
+    assert error_line(capsys, ["--resume", str(run), "--steps", "300"]).endswith(f"cannot resume: {refusal}")
+    assert error_line(capsys, ["--evaluate", str(run)]).endswith(f"cannot evaluate: {refusal}")
+    assert files_of(run) == before
+
+
+def test_a_checkpoint_whose_agent_or_game_does_not_fit_the_run(small_run, tmp_path, capsys):
+    """Weights of other shapes than the run's network: one line, exit 1, the folder as it was. A player's frame
+    stack of another shape than the game's: a note, and training goes on from a new game."""
+    run = copy_run(small_run, tmp_path / "agent")
+    checkpoint = torch.load(run / "model_002.pt", weights_only=True)
+    name = next(iter(checkpoint["agent"]["online"]))
+    checkpoint["agent"]["online"][name] = torch.zeros(3)
+    torch.save(checkpoint, run / "model_002.pt")
+    before = files_of(run)
+    assert main.main(["--resume", str(run), "--steps", "300"]) == 1
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "cannot resume: the checkpoint's agent does not fit this run (RuntimeError: " in error[0]
+    assert files_of(run) == before
+
+    run = copy_run(small_run, tmp_path / "player")
+    checkpoint = torch.load(run / "model_002.pt", weights_only=True)
+    checkpoint["player"]["stack"] = torch.zeros((4, 42, 42), dtype=torch.uint8)
+    torch.save(checkpoint, run / "model_002.pt")
+    assert main.main(["--resume", str(run), "--steps", "250"]) == 0
+    assert "Note: the checkpoint's game cannot be continued, its frame stack is not one of this game's" in (
+        capsys.readouterr().out
+    )
+
+
+MISBEHAVING = [
+    "--env", "misbehaving_envs:Misbehaving", "--learning-starts", "50", "--memory-size", "500", "--eval-every", "100",
+    "--eval-episodes", "1", "--target-every", "50", "--steps", "300", "--threads", "1",
+]  # fmt: skip
+
+
+@pytest.fixture
+def misbehave(monkeypatch):
+    """``misbehave(what, after)``: misbehaving_envs.Misbehaving does ``what`` once an instance has played ``after``
+    steps."""
+    from misbehaving_envs import Misbehaving
+
+    def start(what: str, after: int) -> None:
+        monkeypatch.setattr(Misbehaving, "misbehaviour", what)
+        monkeypatch.setattr(Misbehaving, "after_steps", after)
+
+    return start
+
+
+@pytest.mark.parametrize(
+    "what,says",
+    [
+        ("nan", "misbehaving_envs:Misbehaving gave a reward of nan, not a finite number"),
+        ("inf", "misbehaving_envs:Misbehaving gave a reward of inf, not a finite number"),
+        ("step raises", "misbehaving_envs:Misbehaving's step raised RuntimeError: the game's server went away"),
+        ("reset raises", "misbehaving_envs:Misbehaving's reset raised RuntimeError: the game's server went away"),
+        (
+            "shape",
+            "misbehaving_envs:Misbehaving gave an observation of shape (20, 40), its observation space's is (40, 40)",
+        ),
+    ],
+)
+def test_an_environment_that_misbehaves_in_training_ends_in_one_line_and_a_checkpoint(
+    tmp_path, capsys, misbehave, what, says
+):
+    """A reward that is not finite (it used to end in rewards.txt, or as 'training diverged ... try a lower --lr'),
+    a step or reset that raises, an observation of another shape: refused the moment it happens, in one line, with
+    a checkpoint of the run before that step (it used to be a traceback, the work since the last checkpoint lost);
+    the logs are ones the program's own tools read, and the run resumes once the environment behaves."""
+    misbehave(what, 150)  # the training game's 150th step; the evaluations' games are 10 steps
+    run = tmp_path / "run"
+    assert main.main([*MISBEHAVING, "--save-memory", "--out", str(run)]) == 1
+    error = capsys.readouterr().err  # the progress bars', then the one line
+    assert error.strip().splitlines()[-1] == (
+        f"main.py: error: {says}; the last checkpoint is {run / 'model_interrupted.pt'} (step 149)"
+    )
+    assert "Traceback" not in error
+    assert load_checkpoint(run / "model_interrupted.pt")["run"]["episodes"] == 14
+    assert len(read_rewards(run / "rewards.txt")) == 2 and len(read_episodes(run / "episodes.csv")) == 14
+    if what == "nan":
+        misbehave(None, 0)
+        assert main.main(["--resume", str(run), "--env", "misbehaving_envs:Misbehaving", "--steps", "200"]) == 0
+        assert len(read_rewards(run / "rewards.txt")) == 3
+
+
+def test_an_environment_that_misbehaves_in_an_evaluation_ends_in_one_line_and_a_checkpoint(
+    tmp_path, capsys, monkeypatch, misbehave
+):
+    """The checkpoint keeps the evaluation due, so a resume plays it first; a playback says the same in one line."""
+    real = main.run_evaluation
+
+    def run_evaluation(args, agent, index, *rest):
+        if index == 1:
+            misbehave("inf", 5)
+        return real(args, agent, index, *rest)
+
+    monkeypatch.setattr(main, "run_evaluation", run_evaluation)
+    run = tmp_path / "run"
+    assert main.main([*MISBEHAVING, "--out", str(run)]) == 1
+    error = capsys.readouterr().err
+    says = "misbehaving_envs:Misbehaving gave a reward of inf, not a finite number"
+    assert error.strip().splitlines()[-1] == (
+        f"main.py: error: {says}; the last checkpoint is {run / 'model_interrupted.pt'} (step 100)"
+    )
+    assert "Traceback" not in error
+    assert load_checkpoint(run / "model_interrupted.pt")["run"]["evaluation_due"]
+    assert len(read_rewards(run / "rewards.txt")) == 1
+    argv = ["--evaluate", str(run), "--env", "misbehaving_envs:Misbehaving", "--eval-episodes", "1"]
+    assert main.main(argv) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"main.py: error: {says}"
+
+
+@pytest.mark.parametrize(
+    "env,flags,message",
+    [
+        ("NoRenderMode", ["--render"], "--render: misbehaving_envs:NoRenderMode cannot be made to render rgb_array "
+         "images (TypeError: NoRenderMode.__init__() got an unexpected keyword argument 'render_mode'"),
+        ("NoImages", ["--render"], "--render: misbehaving_envs:NoImages renders no rgb_array images: leave out --render"),
+        ("Huge", [], "--network nature on misbehaving_envs:Huge's 2000x2000 frames needs at least "),
+    ],
+)  # fmt: skip
+def test_what_an_environment_cannot_do_is_refused_before_anything_is_created(tmp_path, capsys, env, flags, message):
+    """--render with an environment that takes no render_mode or renders no image (a traceback at the first
+    evaluation's first frame), frames so large that the network cannot be built (2000x2000x3 passed the memory
+    check, then asked for 32 GB): one line, exit 2, nothing created."""
+    out = tmp_path / "run"
+    argv = ["--env", f"misbehaving_envs:{env}", *flags, "--memory-size", "100", "--learning-starts", "50"]
+    with pytest.raises(SystemExit) as exit_info:  # the checks alone: were they to let it pass, nothing is built
+        utils_config.parse_config([*argv, "--out", str(out)])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "name,value", [("lr", "fast"), ("double", "yes"), ("network", "resnet"), ("steps", 2.5), ("threads", 0)]
+)
+def test_a_saved_value_that_no_flag_gives_is_refused_in_one_line(small_run, tmp_path, capsys, name, value):
+    """A configuration value of the wrong type or out of a flag's choices (it was a TypeError traceback, or a
+    KeyError when the network was built): --resume and --evaluate refuse the checkpoint in one line."""
+    run = copy_run(small_run, tmp_path / "run")
+    checkpoint = torch.load(run / "model_002.pt", weights_only=True)
+    torch.save({**checkpoint, "config": {**checkpoint["config"], name: value}}, run / "model_002.pt")
+    before = files_of(run)
+    flag = "--" + name.replace("_", "-")
+    refusal = f"the saved run's {flag} is {value!r}, not a value of {flag}: its checkpoint is damaged"
+    assert error_line(capsys, ["--resume", str(run), "--steps", "300"]).endswith(refusal)
+    assert error_line(capsys, ["--evaluate", str(run)]).endswith(refusal)
+    assert files_of(run) == before

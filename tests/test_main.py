@@ -168,6 +168,25 @@ def test_resume_with_saved_memory_is_equivalent_to_an_uninterrupted_run(tmp_path
     np.testing.assert_array_equal(*games_played)  # all but the wall times
 
 
+def test_evaluations_may_change_on_resume_and_training_stays_bit_identical(tmp_path):
+    """An evaluation plays its own seeded game with its own generator: a run resumed with another --eval-every
+    and --eval-episodes evaluates on the new schedule and trains exactly as the run that kept them."""
+    common = [*TINY, "--save-memory", "--seed", "3"]
+    assert main.main([*common, "--steps", "300", "--eval-every", "150", "--out", str(tmp_path / "straight")]) == 0
+    assert main.main([*common, "--steps", "150", "--eval-every", "150", "--out", str(tmp_path / "split")]) == 0
+    argv = ["--resume", str(tmp_path / "split"), "--steps", "300", "--eval-every", "100", "--eval-episodes", "2"]
+    assert main.main(argv) == 0
+    assert [step for _, step, _ in rewards(tmp_path / "split")] == [0, 150, 200, 300]
+    assert (tmp_path / "split" / "rewards.txt").read_text().splitlines()[-1].split()[6] == "2"  # games played
+    straight = load_checkpoint(tmp_path / "straight" / "model_002.pt")
+    split = load_checkpoint(tmp_path / "split" / "model_003.pt")
+    for name in ("online", "target"):
+        for key, value in straight["agent"][name].items():
+            assert torch.equal(value, split["agent"][name][key]), (name, key)
+    games_played = [read_episodes(tmp_path / run / "episodes.csv")[:, :4] for run in ("straight", "split")]
+    np.testing.assert_array_equal(*games_played)
+
+
 @pytest.mark.parametrize(
     "argv,message",
     [
@@ -262,6 +281,12 @@ def test_evaluate_a_checkpoint_prints_each_episode(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main.main(["--evaluate", str(run / "missing.pt")])
     assert "cannot evaluate: no checkpoint" in capsys.readouterr().err
+    # A run folder, as --resume and dqn.load_agent take it: its newest checkpoint, named, its frames beside it.
+    (run / "model_interrupted.pt").write_bytes(b"cut short")  # unreadable: skipped with a note, as --resume does
+    assert main.main(["--evaluate", str(run), "--eval-episodes", "1", "--render"]) == 0
+    out = capsys.readouterr().out
+    assert "Note: skipped " in out and f"Playing ALE/Breakout-v5 with {run / 'model_001.pt'} (trained 120 steps)" in out
+    assert (run / "playback_model_001_1" / "000000.png").exists()
 
 
 def test_a_playback_has_its_own_game_count_frames_and_sticky_actions(tmp_path):
