@@ -33,6 +33,7 @@ from utils_run import (
     load_checkpoint,
     load_memory,
     load_newest_checkpoint,
+    memory_of,
     read_config,
     read_episodes,
     read_rewards,
@@ -500,10 +501,11 @@ def test_a_stopped_evaluation_resumed_with_fewer_games_than_it_finished_starts_a
 def test_a_memory_saved_with_options_a_resume_may_now_change_still_belongs(tmp_path):
     """Memories saved before --eval-every could change on resume hold it in their settings: they still load."""
     config = {"memory_size": 1000, "n_step": 1}
-    save_memory(tmp_path / MEMORY_FILE, {"frames": torch.zeros(2)}, 100, {**config, "eval_every": 50})
-    state, reason = load_memory(tmp_path / MEMORY_FILE, 100, config)
+    save_memory(tmp_path, {"frames": torch.zeros(2)}, 100, {**config, "eval_every": 50})
+    memory = memory_of(tmp_path, 100)
+    state, reason = load_memory(memory, 100, config, {})
     assert state is not None and reason == ""
-    assert load_memory(tmp_path / MEMORY_FILE, 100, {**config, "n_step": 3})[1].endswith("a run with other settings")
+    assert load_memory(memory, 100, {**config, "n_step": 3}, {})[1].endswith("a run with other settings")
 
 
 def count_games(monkeypatch) -> list[int]:

@@ -897,7 +897,7 @@ def test_a_sweep_refuses_links_planted_in_its_folders_and_never_appends_through_
     log = out / "Pong-seed0" / sweep.LOG_FILE
     log.symlink_to(outside)
     with pytest.raises(OSError, match="symbolic links"):
-        real_run_main(["--help"], log, out / sweep.STOP_FILE)
+        real_run_main(["--help"], log, out / sweep.STOP_FILE, out)
     assert outside.read_text() == "precious"
 
 
@@ -916,7 +916,8 @@ def test_a_folder_name_is_never_written_into_a_report_as_it_is(tmp_path):
     shown = "x\\\\nimport os; os.system('touch pwned') #\\|\\<b\\>\\*-seed01"
     assert f"Left out {shown}: not a sweep's folder name" in written
     comparison = {"sweep": "A\u2028B", "other": "C_D", "games": {"Pong": {"mean": 1.0, "other_mean": 2.0, "seeds": 1,
-                                                                          "other_seeds": 1}}}  # fmt: skip
+                                                                          "other_seeds": 1,
+                                                                          "holds_without_any_one_run": False}}}  # fmt: skip
     assert utils_results.comparison_markdown(comparison).startswith(
         "| game | A\\\\u2028B: mean | seeds | C\\_D: mean |"
     )
