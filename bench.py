@@ -38,15 +38,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import main  # first: it sets OpenMP's spin count, which torch reads when it is imported
+from dqn_atari import main  # first: it sets OpenMP's spin count, which torch reads when it is imported
 
 # isort: split
 import ale_py
 import numpy as np
 import torch
 
-import plot
-from utils_config import (
+from dqn_atari import plot
+from dqn_atari.utils_config import (
     available_cpus,
     keep_freed_memory,
     parse_config,
@@ -54,10 +54,10 @@ from utils_config import (
     threads_option,
     use_threads,
 )
-from utils_drl import Agent
-from utils_env import AtariEnv, resolve_env_id
-from utils_memory import PrioritizedReplayMemory, ReplayMemory, SumTree
-from utils_results import (
+from dqn_atari.utils_drl import Agent
+from dqn_atari.utils_env import AtariEnv, resolve_env_id
+from dqn_atari.utils_memory import PrioritizedReplayMemory, ReplayMemory, SumTree
+from dqn_atari.utils_results import (
     MAIN_JOB,
     SCORE_THRESHOLD,
     SCORE_WINDOW,
@@ -68,13 +68,13 @@ from utils_results import (
     main_job_report,
     seeds_table,
 )
-from utils_run import (
+from dqn_atari.utils_run import (
     REWARDS_FILE,
     CheckpointError,
     RunLogError,
     load_newest_checkpoint,
 )
-from utils_types import Batch
+from dqn_atari.utils_types import Batch
 
 CAPACITY = 1_000_000
 BATCH = 32
@@ -305,7 +305,7 @@ def bench_apex(env_id: str, quick: bool) -> dict[str, Any]:
     runs (2 actors and the learner, fixed and free replay ratio)."""
     import ray
 
-    from utils_apex import ActorConfig, ActorPool, Chunk, export_weights, start_ray
+    from dqn_atari.utils_apex import ActorConfig, ActorPool, Chunk, export_weights, start_ray
 
     started = start_ray(None, max(2, available_cpus()))
     figures: dict[str, Any] = {}

@@ -1,6 +1,6 @@
 """The Python API: load a trained agent and act, evaluate it, train as the command line does.
 
-import dqn
+from dqn_atari import dqn
 agent = dqn.load_agent("runs/Pong-seed0")             # a run folder (its newest checkpoint) or a model_NNN.pt
 env = agent.make_env(seed=1)                          # its game, as a gymnasium environment
 observation, info = env.reset()
@@ -23,10 +23,10 @@ from typing import Any, NamedTuple
 import gymnasium
 import numpy as np
 
-import main
-from utils_config import build_parser, device_problem, parse_config, pick_device, saved_options
-from utils_drl import Agent
-from utils_env import (
+from dqn_atari import main
+from dqn_atari.utils_config import build_parser, device_problem, parse_config, pick_device, saved_options
+from dqn_atari.utils_drl import Agent
+from dqn_atari.utils_env import (
     FRAME_SIZE,
     STACK_DEPTH,
     AtariGymEnv,
@@ -39,9 +39,9 @@ from utils_env import (
     register_plugin_envs,
     saved_env_refusal,
 )
-from utils_run import load_checkpoint, load_newest_checkpoint
+from dqn_atari.utils_run import load_checkpoint, load_newest_checkpoint
 
-gymnasium.register(id="dqn/Atari-v0", entry_point="utils_env:AtariGymEnv")
+gymnasium.register(id="dqn/Atari-v0", entry_point="dqn_atari.utils_env:AtariGymEnv")
 register_plugin_envs()  # installed packages' ids (MinAtar's), which gymnasium.make does not load by itself
 OBSERVATION_SHAPE = (STACK_DEPTH, FRAME_SIZE, FRAME_SIZE)
 

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from utils_apex import (
+from dqn_atari.utils_apex import (
     ActorConfig,
     ActorPool,
     ApexError,
@@ -42,7 +42,7 @@ from utils_apex import (
     local_cpus_note,
     start_ray,
 )
-from utils_config import (
+from dqn_atari.utils_config import (
     available_cpus,
     keep_freed_memory,
     learner_threads,
@@ -55,8 +55,8 @@ from utils_config import (
     program,
     use_threads,
 )
-from utils_drl import Agent, linear_schedule
-from utils_env import (
+from dqn_atari.utils_drl import Agent, linear_schedule
+from dqn_atari.utils_env import (
     ATARI_DEFAULTS_NOTE,
     GYM_ENV_NOTE,
     AtariEnv,
@@ -71,8 +71,8 @@ from utils_env import (
     input_shape,
     is_atari,
 )
-from utils_memory import PrioritizedReplayMemory, ReplayMemory
-from utils_run import (
+from dqn_atari.utils_memory import PrioritizedReplayMemory, ReplayMemory
+from dqn_atari.utils_run import (
     EPISODES_FILE,
     INTERRUPTED_CHECKPOINT,
     MEMORY_FILE,
@@ -98,7 +98,7 @@ from utils_run import (
     settle_memory,
     start_episodes,
 )
-from utils_types import EvalResult, FinishedGames, GameResult, Progress, StackRule
+from dqn_atari.utils_types import EvalResult, FinishedGames, GameResult, Progress, StackRule
 
 
 class StopRequest:

@@ -21,7 +21,7 @@ import numpy as np
 from matplotlib.figure import Figure  # a bare Figure renders with Agg and needs no display or pyplot state
 from matplotlib.ticker import EngFormatter
 
-from utils_run import EPISODES_FILE, REWARDS_FILE, RunLogError, read_episodes, read_rewards, write_atomically
+from dqn_atari.utils_run import EPISODES_FILE, REWARDS_FILE, RunLogError, read_episodes, read_rewards, write_atomically
 
 RAW_DOT_SIZE = 3.0  # points across: 5 pixels at draw's 120 dpi
 RAW_DOT_ALPHA = 0.6

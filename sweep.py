@@ -42,8 +42,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from utils_apex import RayStartError
-from utils_config import (
+from dqn_atari.utils_apex import RayStartError
+from dqn_atari.utils_config import (
     available_cpus,
     available_memory,
     learning_config,
@@ -55,10 +55,10 @@ from utils_config import (
     saved_options,
     settings_differences,
 )
-from utils_config import build_parser as main_parser
-from utils_env import game_name, is_atari, resolve_env_id, saved_env_id
-from utils_results import ReportError, collect, report, write_comparison
-from utils_run import (
+from dqn_atari.utils_config import build_parser as main_parser
+from dqn_atari.utils_env import game_name, is_atari, resolve_env_id, saved_env_id
+from dqn_atari.utils_results import ReportError, collect, report, write_comparison
+from dqn_atari.utils_run import (
     EPISODES_FILE,
     CheckpointError,
     RunFolderError,
@@ -269,7 +269,7 @@ class Executor:
             return
         import ray
 
-        from utils_apex import start_ray
+        from dqn_atari.utils_apex import start_ray
 
         self.ray = ray
         try:

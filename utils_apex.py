@@ -42,10 +42,10 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from utils_drl import Agent
-from utils_env import STACK_DEPTH, AtariEnv, Player
-from utils_memory import ReplayMemory
-from utils_types import NATURE_STACKS, GameResult, StackRule
+from dqn_atari.utils_drl import Agent
+from dqn_atari.utils_env import STACK_DEPTH, AtariEnv, Player
+from dqn_atari.utils_memory import ReplayMemory
+from dqn_atari.utils_types import NATURE_STACKS, GameResult, StackRule
 
 PIPELINE = 2  # calls in flight per actor: one playing, one queued behind it
 RETRY_SECONDS = 2.0  # first wait before calling a failed actor again; the n-th failure waits n times this,
@@ -54,6 +54,9 @@ RESTART_STARTS = 3.0  # a restart may take this many times the actors' first sta
 MIN_RESTART_SECONDS = 60.0
 POLL_SECONDS = 1.0  # longest single wait for a chunk, so Ctrl-C and timeouts are seen promptly
 PROJECT_DIR = Path(__file__).resolve().parent
+# A checkout (whose dqn_atari/ gives this folder the package's name) is put on the actors' path, or
+# shipped to a cluster's nodes; an installed package is already on every path it is installed on.
+CHECKOUT = (PROJECT_DIR / "dqn_atari" / "__init__.py").is_file()
 
 
 def actor_epsilons(count: int) -> list[float]:
@@ -214,12 +217,13 @@ def start_ray(address: str | None, cpus: int) -> bool:
     # (sweep.stop_with_parent), and save their checkpoints.
     options: dict[str, Any] = {"_system_config": {"kill_child_processes_on_worker_exit": False}}
     if address is None:
-        path = os.pathsep.join(filter(None, [str(PROJECT_DIR), os.environ.get("PYTHONPATH")]))
-        options["runtime_env"] = {"env_vars": {"PYTHONPATH": path}}
-    else:  # the other nodes get this folder's code (not its runs) from the cluster; it has its own config
+        if CHECKOUT:
+            path = os.pathsep.join(filter(None, [str(PROJECT_DIR), os.environ.get("PYTHONPATH")]))
+            options["runtime_env"] = {"env_vars": {"PYTHONPATH": path}}
+    else:  # the other nodes get a checkout's code (not its runs) from the cluster; it has its own config
         reach_cluster(address)
         excludes = ["runs/", "results/", ".venv/", ".git/", "docs/", "*.pt", "__pycache__/"]
-        options = {"runtime_env": {"working_dir": str(PROJECT_DIR), "excludes": excludes}}
+        options = {"runtime_env": {"working_dir": str(PROJECT_DIR), "excludes": excludes}} if CHECKOUT else {}
     # A Ctrl-C inside ray.init can leave Ray half built: raised in its CoreWorker's constructor, the
     # process dies of SIGSEGV at exit; raised in one of its callbacks, it is dropped and the run goes
     # on. So the first one (or a SIGTERM before Ray swaps in its own) is held until ray.init returns,

@@ -21,8 +21,8 @@ from typing import Any, NoReturn
 import numba
 import torch
 
-from utils_drl import AUGMENTATIONS
-from utils_env import (
+from dqn_atari.utils_drl import AUGMENTATIONS
+from dqn_atari.utils_env import (
     FRAME_SIZE,
     FRAME_SKIP,
     NOOP_UNITS,
@@ -37,8 +37,8 @@ from utils_env import (
     resolve_env_id,
     saved_env_refusal,
 )
-from utils_model import NETWORKS, network_size, smallest_input
-from utils_run import MEMORY_FILE, REWARDS_FILE, CheckpointError, load_checkpoint, load_newest_checkpoint
+from dqn_atari.utils_model import NETWORKS, network_size, smallest_input
+from dqn_atari.utils_run import MEMORY_FILE, REWARDS_FILE, CheckpointError, load_checkpoint, load_newest_checkpoint
 
 # Options that may differ when a run is resumed; all others must match the saved run. Evaluations change nothing
 # in training (each plays a game seeded by (seed, index) with its own generator), so their schedule and size may too.

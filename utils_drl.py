@@ -11,8 +11,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from utils_model import QNetwork
-from utils_types import Batch, LearnResult
+from dqn_atari.utils_model import QNetwork
+from dqn_atari.utils_types import Batch, LearnResult
 
 
 def linear_schedule(step: int, start: float, end: float, duration: int) -> float:

@@ -41,10 +41,10 @@ from gymnasium.wrappers import FrameStackObservation, TimeLimit
 from PIL import Image
 from tqdm import tqdm
 
-from utils_types import NATURE_STACKS, EvalResult, FinishedGames, GameResult, StackRule, StepResult
+from dqn_atari.utils_types import NATURE_STACKS, EvalResult, FinishedGames, GameResult, StackRule, StepResult
 
 if TYPE_CHECKING:
-    from utils_memory import ReplayMemory
+    from dqn_atari.utils_memory import ReplayMemory
 
 gym.register_envs(ale_py)
 

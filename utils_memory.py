@@ -46,7 +46,7 @@ import numba
 import numpy as np
 import torch
 
-from utils_types import NATURE_STACKS, Batch, StackRule
+from dqn_atari.utils_types import NATURE_STACKS, Batch, StackRule
 
 
 class HostBuffer:

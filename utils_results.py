@@ -19,11 +19,11 @@ from typing import Any, NamedTuple
 import numpy as np
 from matplotlib.figure import Figure
 
-import plot
-from utils_apex import first_line
-from utils_config import learning_config, saved_options, settings_differences
-from utils_env import game_name, is_atari, saved_env_id
-from utils_run import (
+from dqn_atari import plot
+from dqn_atari.utils_apex import first_line
+from dqn_atari.utils_config import learning_config, saved_options, settings_differences
+from dqn_atari.utils_env import game_name, is_atari, saved_env_id
+from dqn_atari.utils_run import (
     EPISODES_FILE,
     REWARDS_FILE,
     CheckpointError,

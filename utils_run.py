@@ -36,7 +36,7 @@ from typing import Any, TextIO
 import numpy as np
 import torch
 
-from utils_types import EvalResult, FinishedGames, GameResult, Progress
+from dqn_atari.utils_types import EvalResult, FinishedGames, GameResult, Progress
 
 REWARDS_FILE = "rewards.txt"
 EPISODES_FILE = "episodes.csv"

@@ -26,7 +26,7 @@ from imageio_ffmpeg import get_ffmpeg_exe
 from PIL import Image, UnidentifiedImageError
 from tqdm import tqdm
 
-from utils_run import write_atomically
+from dqn_atari.utils_run import write_atomically
 
 EVAL_FOLDER = re.compile(r"eval_(\d+)")  # not eval_NNN.partial: main.py is still writing that one
 FRAME_FILE = re.compile(r"(\d+)\.png", re.IGNORECASE)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from utils_types import StepResult
+from dqn_atari.utils_types import StepResult
 
 GRID = 8  # cells per side
 CELL = 5  # pixels per cell

@@ -14,9 +14,9 @@ if not {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"} & os.environ.keys():
     os.environ["GOMP_SPINCOUNT"] = "1000"
 
 # isort: off
-import main  # noqa: E402, F401
+from dqn_atari import main  # noqa: E402, F401
 import torch  # noqa: E402
-import utils_config  # noqa: E402
+from dqn_atari import utils_config  # noqa: E402
 # isort: on
 
 # `make test` runs the suite in one process per CPU (pytest-xdist): each is pinned to a CPU of its
@@ -76,7 +76,7 @@ def ray_cluster():
     """One local Ray for every test that needs it (starting one takes seconds); main.py, finding
     it started, uses it and leaves it running."""
     ray = pytest.importorskip("ray")
-    import utils_apex
+    from dqn_atari import utils_apex
 
     with on_every_cpu():  # Ray's processes, started now, inherit every CPU
         utils_apex.start_ray(None, cpus=2)

@@ -19,13 +19,11 @@ import torch
 from test_failures import popen_main, wait_until_training
 from test_main import games, rewards, run_main
 
-import main
-import utils_apex
-import utils_config
-from utils_apex import Actor, ActorConfig, actor_epsilons, export_weights
-from utils_drl import Agent
-from utils_memory import PrioritizedReplayMemory
-from utils_run import load_checkpoint
+from dqn_atari import main, utils_apex, utils_config
+from dqn_atari.utils_apex import Actor, ActorConfig, actor_epsilons, export_weights
+from dqn_atari.utils_drl import Agent
+from dqn_atari.utils_memory import PrioritizedReplayMemory
+from dqn_atari.utils_run import load_checkpoint
 
 ray = pytest.importorskip("ray")
 

@@ -1,11 +1,14 @@
 """The Python API (dqn.py) and the gymnasium environment: load a checkpoint and act, evaluate,
 train with main.py's flags as arguments, gymnasium's checker and wrappers, and the install."""
 
+import importlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import sysconfig
 import threading
 import tomllib
 from pathlib import Path
@@ -16,7 +19,7 @@ import pytest
 import torch
 from gymnasium.utils.env_checker import check_env
 
-import dqn
+from dqn_atari import dqn
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = {"learning_starts": 100, "memory_size": 1000, "eval_episodes": 1, "max_episode_frames": 400}
@@ -122,13 +125,15 @@ def test_the_environment_is_a_gymnasium_env_that_wrappers_take():
     assert len(frames.render()) == 4 and frames.render() == []  # the reset's frame and 3 steps', then emptied
 
 
-def test_the_package_installs_every_module_and_its_commands():
+def test_the_package_holds_every_module_and_its_commands():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    modules = {path.stem for path in ROOT.glob("*.py")}
-    assert set(project["tool"]["setuptools"]["py-modules"]) == modules
+    assert project["tool"]["setuptools"]["packages"] == ["dqn_atari"]
+    assert project["tool"]["setuptools"]["package-dir"] == {"dqn_atari": "."}
+    for path in ROOT.glob("*.py"):
+        assert importlib.import_module(f"dqn_atari.{path.stem}").__file__ == str(path)
     for target in project["project"]["scripts"].values():
         module, function = target.split(":")
-        assert callable(getattr(__import__(module), function))
+        assert callable(getattr(importlib.import_module(module), function))
     command = Path(sys.executable).parent / "dqn-train"  # `make install` installs the project (pip install -e .)
     if not command.exists():
         pytest.skip("the project is not installed in this environment (pip install -e .)")
@@ -145,6 +150,55 @@ def test_the_package_installs_every_module_and_its_commands():
     assert done.returncode == 2 and done.stderr.strip() == "dqn-sweep: error: /no/such is not a folder of a sweep"
 
 
+def test_an_installed_copy_shadows_nothing_and_reports_outside_the_checkout(tmp_path):
+    """``pip install .`` (not editable) into a fresh environment: from a folder holding a user's own
+    main.py, utils_run.py and plot.py, ``from dqn_atari import dqn`` works and the user's modules stay
+    theirs; ``dqn-sweep --report`` finds its reference scores and published runs in the package."""
+    wheels, venv, user = tmp_path / "wheels", tmp_path / "venv", tmp_path / "user"
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), str(ROOT)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    # The dependencies are this environment's (a .pth file reaches them); only the project is installed.
+    (Path(site) / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    wheel = next(wheels.glob("dqn_atari-*.whl"))
+    installed = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert installed.returncode == 0, installed.stderr
+    user.mkdir()
+    for name in ("main", "utils_run", "plot"):
+        (user / f"{name}.py").write_text(f"WHOSE = 'the user of {name}'\n")
+    code = (
+        "from dqn_atari import dqn; import main, utils_run, plot; "
+        "print(main.WHOSE, utils_run.WHOSE, plot.WHOSE, sep=';'); print(callable(dqn.load_agent))"
+    )
+    environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [str(python), "-c", code], cwd=user, env=environment, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["the user of main;the user of utils_run;the user of plot", "True"]
+
+    sweep = user / "sweep"
+    for run in ("Pong-seed0", "Breakout-seed0"):
+        shutil.copytree(ROOT / "results" / "atari100k" / run, sweep / run)
+    done = subprocess.run(
+        [str(venv / "bin" / "dqn-sweep"), "--report", str(sweep)],
+        cwd=user, env=environment, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "DrQ" in (sweep / "report.md").read_text() and (sweep / "aggregate.png").stat().st_size > 0
+
+
 def test_the_readme_counts_the_tests_of_this_suite():
     """The README's count of tests (and of those that need a GPU) is the suite's own: one collection."""
     collected = subprocess.run(
@@ -159,8 +213,9 @@ def test_importing_dqn_leaves_its_host_process_as_it_was(tmp_path):
     """No OpenMP spin count in the environment, no glibc malloc settings, no torch thread count until
     the library is asked to train (from a folder of the user's own, with nothing of theirs set)."""
     code = (
-        "import os, torch, utils_config; calls = []; utils_config.keep_freed_memory = lambda: calls.append(1); "
-        "threads = torch.get_num_threads(); import dqn; "
+        "import os, torch; from dqn_atari import utils_config; calls = []; "
+        "utils_config.keep_freed_memory = lambda: calls.append(1); threads = torch.get_num_threads(); "
+        "from dqn_atari import dqn; "
         "print(os.environ.get('GOMP_SPINCOUNT'), len(calls), torch.get_num_threads() == threads)"
     )
     environment = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
@@ -193,9 +248,9 @@ def test_the_suites_time_is_the_readmes_alone():
 
 
 def test_importing_dqn_registers_the_ids_of_installed_packages(tmp_path):
-    """The README's `gymnasium.make("MinAtar/Breakout-v1")` after `import dqn`, in a fresh process."""
+    """The README's `gymnasium.make("MinAtar/Breakout-v1")` after `from dqn_atari import dqn`, in a fresh process."""
     pytest.importorskip("minatar.gym", reason="pip install minatar==1.0.15 (make install does)")
-    code = "import dqn, gymnasium; print(gymnasium.make('MinAtar/Breakout-v1').observation_space.shape)"
+    code = "import gymnasium; from dqn_atari import dqn; print(gymnasium.make('MinAtar/Breakout-v1').observation_space.shape)"
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True, text=True, timeout=300,

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import bench
-import utils_results
+from dqn_atari import bench, utils_results
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = [

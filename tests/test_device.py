@@ -13,11 +13,11 @@ import pytest
 import torch
 from test_memory import fill_streams, play_log
 
-import main
-from utils_drl import Agent, GraphedLearning
-from utils_memory import PrioritizedReplayMemory, ReplayMemory
-from utils_run import load_checkpoint
-from utils_types import NATURE_STACKS, Batch, StackRule
+from dqn_atari import main
+from dqn_atari.utils_drl import Agent, GraphedLearning
+from dqn_atari.utils_memory import PrioritizedReplayMemory, ReplayMemory
+from dqn_atari.utils_run import load_checkpoint
+from dqn_atari.utils_types import NATURE_STACKS, Batch, StackRule
 
 ROOT = Path(__file__).resolve().parent.parent
 DOPAMINE_STACKS = StackRule(zero_fill=True, per_life=True)
@@ -125,7 +125,7 @@ def test_a_checkpoint_of_either_choice_loads_with_this_runs_cuda_graphs():
 
 
 def test_auto_keeps_the_memory_in_host_ram_without_a_gpu():
-    import utils_config
+    from dqn_atari import utils_config
 
     args = utils_config.options_of(["--device", "cpu", "--memory-size", "1000"])
     assert args.memory_device == "auto" and not utils_config.memory_on_device(args)

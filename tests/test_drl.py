@@ -9,10 +9,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from utils_drl import AUGMENTATIONS, Agent, Augmentation, linear_schedule, shift_frames
-from utils_model import NETWORKS, QNetwork, smallest_input
-from utils_run import CheckpointError, load_checkpoint, save_checkpoint
-from utils_types import Batch
+from dqn_atari.utils_drl import AUGMENTATIONS, Agent, Augmentation, linear_schedule, shift_frames
+from dqn_atari.utils_model import NETWORKS, QNetwork, smallest_input
+from dqn_atari.utils_run import CheckpointError, load_checkpoint, save_checkpoint
+from dqn_atari.utils_types import Batch
 
 
 def test_linear_schedule_nature_epsilon():

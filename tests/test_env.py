@@ -4,10 +4,10 @@ training and evaluation."""
 import numpy as np
 import pytest
 
-from utils_config import parse_config
-from utils_env import FRAME_SIZE, AtariEnv, EvaluationStopped, Player, evaluate, make_gym_env, resolve_env_id
-from utils_memory import ReplayMemory
-from utils_types import NATURE_STACKS, StackRule, StepResult
+from dqn_atari.utils_config import parse_config
+from dqn_atari.utils_env import FRAME_SIZE, AtariEnv, EvaluationStopped, Player, evaluate, make_gym_env, resolve_env_id
+from dqn_atari.utils_memory import ReplayMemory
+from dqn_atari.utils_types import NATURE_STACKS, StackRule, StepResult
 
 
 @pytest.mark.parametrize(
@@ -34,8 +34,10 @@ def test_unknown_game_names_close_matches():
     with pytest.raises(ValueError, match="':Env': module:Class names a module and what in it makes"):
         resolve_env_id(":Env")
     # A module:Class is imported only when made (a saved run's name is read without importing anything).
-    with pytest.raises(ValueError, match="'utils_env:NoSuchEnv': module utils_env has no NoSuchEnv"):
-        make_gym_env("utils_env:NoSuchEnv")
+    with pytest.raises(
+        ValueError, match=r"'dqn_atari\.utils_env:NoSuchEnv': module dqn_atari\.utils_env has no NoSuchEnv"
+    ):
+        make_gym_env("dqn_atari.utils_env:NoSuchEnv")
     with pytest.raises(ValueError, match="'no_such_module:Env': cannot import no_such_module"):
         make_gym_env("no_such_module:Env")
 

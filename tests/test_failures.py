@@ -19,11 +19,8 @@ import numpy as np
 import pytest
 import torch
 
-import main
-import sweep
-import utils_config
-import utils_drl
-from utils_run import (
+from dqn_atari import main, sweep, utils_config, utils_drl
+from dqn_atari.utils_run import (
     LOCK_FILE,
     MEMORY_FILE,
     RunFolderError,
@@ -900,9 +897,7 @@ def test_nothing_in_a_run_folder_is_ever_unpickled(tmp_path):
     """A downloaded run folder whose checkpoint holds, where the emulator state goes, a pickle that
     runs a command: --resume (by hand and by a sweep), --evaluate, the Python API, the sweep's
     report, plot.py and video.py never run it. The resume goes on from a new game, with a note."""
-    import dqn
-    import plot
-    import video
+    from dqn_atari import dqn, plot, video
 
     run = tmp_path / "stranger"
     assert main.main([*TINY, "--steps", "120", "--eval-every", "120", "--render", "--out", str(run)]) == 0
@@ -951,7 +946,7 @@ def crafted_run(folder: Path, argv: list[str], **changes) -> Path:
 def test_a_checkpoint_never_chooses_the_ray_cluster(tmp_path):
     """An Ape-X folder whose checkpoint names a Ray cluster: a resume without --ray-address starts Ray here,
     --evaluate and dqn.load_agent never read it (the address comes from the user on each start); one typed is used."""
-    import dqn
+    from dqn_atari import dqn
 
     run = crafted_run(tmp_path / "apex", [*TINY, "--actors", "2"], ray_address="203.0.113.7:6379")
     args, _ = utils_config.parse_config(["--resume", str(run), "--steps", "300"])

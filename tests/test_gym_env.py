@@ -13,12 +13,18 @@ import torch
 from gymnasium.envs.registration import EnvSpec
 from gymnasium.wrappers import FrameStackObservation, ResizeObservation, TransformObservation
 
-import dqn
-import main
-from utils_config import build_parser, parse_config
-from utils_drl import Agent
-from utils_env import EvaluationStopped, FrameStack, GymEnv, frame_stacker, register_plugin_envs, resolve_env_id
-from utils_run import read_episodes, save_checkpoint
+from dqn_atari import dqn, main
+from dqn_atari.utils_config import build_parser, parse_config
+from dqn_atari.utils_drl import Agent
+from dqn_atari.utils_env import (
+    EvaluationStopped,
+    FrameStack,
+    GymEnv,
+    frame_stacker,
+    register_plugin_envs,
+    resolve_env_id,
+)
+from dqn_atari.utils_run import read_episodes, save_checkpoint
 
 BaseEnv = pytest.importorskip("minatar.gym", reason="pip install minatar==1.0.15 (make install does)").BaseEnv
 
@@ -105,7 +111,7 @@ def test_observations_are_read_channels_first_or_last_and_others_refused():
     register_plugin_envs()
     minatar = GymEnv(MINATAR, 0)  # channels last, no stacks: the whole observation is a frame
     assert (minatar.frame_shape, minatar.stack_depth) == ((4, 10, 10), 1)
-    atari = GymEnv("utils_env:AtariGymEnv", 0)  # (4, 84, 84): channels first, its own stacks
+    atari = GymEnv("dqn_atari.utils_env:AtariGymEnv", 0)  # (4, 84, 84): channels first, its own stacks
     assert (atari.frame_shape, atari.stack_depth) == ((4, 84, 84), 1)
     stacked = FrameStackObservation(gym.make(MINATAR), 2)
     assert frame_stacker(stacked) is stacked
@@ -135,12 +141,12 @@ def test_an_ale_id_of_older_gymnasium_is_the_built_in_game():
 
 
 def test_our_atari_env_through_the_generic_path_plays_the_built_in_games(tmp_path):
-    """utils_env:AtariGymEnv (Breakout, its own 4-frame stacks) as any gymnasium environment: the
+    """dqn_atari.utils_env:AtariGymEnv (Breakout, its own 4-frame stacks) as any gymnasium environment: the
     same training games, step by step, and the same evaluation, as --env Breakout for the same seed."""
     common = ["--steps", "600", "--learning-starts", "500", "--memory-size", "1000", "--eps-end", "1.0",
               "--eval-every", "600", "--eval-episodes", "1", "--threads", "1", "--seed", "3"]  # fmt: skip
     assert main.main(["--env", "Breakout", *common, "--out", str(tmp_path / "built-in")]) == 0
-    assert main.main(["--env", "utils_env:AtariGymEnv", *common, "--out", str(tmp_path / "generic")]) == 0
+    assert main.main(["--env", "dqn_atari.utils_env:AtariGymEnv", *common, "--out", str(tmp_path / "generic")]) == 0
     built_in, generic = (read_episodes(tmp_path / name / "episodes.csv") for name in ("built-in", "generic"))
     assert len(built_in) >= 2 and np.array_equal(built_in[:, :3], generic[:, :3])  # step, score, length
     first_evaluation = [(tmp_path / name / "rewards.txt").read_text().splitlines()[0].split()[:7]

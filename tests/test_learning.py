@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from catch import FRAME_SIZE, Catch
-from utils_drl import Agent, linear_schedule
-from utils_env import FrameStack, Player
-from utils_memory import PrioritizedReplayMemory, ReplayMemory
+from dqn_atari.utils_drl import Agent, linear_schedule
+from dqn_atari.utils_env import FrameStack, Player
+from dqn_atari.utils_memory import PrioritizedReplayMemory, ReplayMemory
 
 STEPS = 3000
 LEARNING_STARTS = 200

@@ -13,12 +13,9 @@ import pytest
 import torch
 from PIL import Image
 
-import bench
-import main
-import sweep
-import utils_config
-from utils_drl import linear_schedule
-from utils_run import EPISODES_HEADER, load_checkpoint, read_episodes
+from dqn_atari import bench, main, sweep, utils_config
+from dqn_atari.utils_drl import linear_schedule
+from dqn_atari.utils_run import EPISODES_HEADER, load_checkpoint, read_episodes
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = [

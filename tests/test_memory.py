@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from utils_memory import ReplayMemory
-from utils_types import NATURE_STACKS, StackRule
+from dqn_atari.utils_memory import ReplayMemory
+from dqn_atari.utils_types import NATURE_STACKS, StackRule
 
 DEPTH = 4
 

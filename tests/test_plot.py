@@ -11,7 +11,7 @@ import pytest
 from matplotlib.figure import Figure
 from PIL import Image
 
-import plot
+from dqn_atari import plot
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from utils_memory import PrioritizedReplayMemory, ReplayMemory, SumTree
+from dqn_atari.utils_memory import PrioritizedReplayMemory, ReplayMemory, SumTree
 
 FRAME_SHAPE = (4, 4)  # the memory logic does not depend on the frame size
 

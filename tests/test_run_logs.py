@@ -6,11 +6,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import plot
-import utils_results
-from utils_env import Player
-from utils_memory import ReplayMemory
-from utils_run import (
+from dqn_atari import plot, utils_results
+from dqn_atari.utils_env import Player
+from dqn_atari.utils_memory import ReplayMemory
+from dqn_atari.utils_run import (
     EPISODES_HEADER,
     OLD_EPISODES_HEADER,
     RunLogError,
@@ -19,7 +18,7 @@ from utils_run import (
     save_checkpoint,
     start_episodes,
 )
-from utils_types import GameResult, StepResult
+from dqn_atari.utils_types import GameResult, StepResult
 
 
 class Scripted:

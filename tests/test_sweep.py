@@ -15,10 +15,9 @@ import pytest
 import torch
 from test_failures import wait_until_training
 
-import sweep
-import utils_results
-from utils_config import options_of
-from utils_run import RunLock
+from dqn_atari import sweep, utils_results
+from dqn_atari.utils_config import options_of
+from dqn_atari.utils_run import RunLock
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = [

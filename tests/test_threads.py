@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import ALL_CPUS
 
-import main
-import utils_config
+from dqn_atari import main, utils_config
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = [

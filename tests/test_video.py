@@ -10,8 +10,7 @@ import imageio.v3 as iio
 import pytest
 from PIL import Image
 
-import utils_run
-import video
+from dqn_atari import utils_run, video
 
 ROOT = Path(__file__).resolve().parent.parent
 
