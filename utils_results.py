@@ -964,6 +964,7 @@ def main_job_report(folder: Path = MAIN_JOB) -> dict[str, Any]:
         wall = seconds_at(stop) - (0.0 if start == 0 else seconds_at(start))
         stops.append({**row, "start_step": start, "stop_step": stop, "seconds": wall,
                       "steps_per_second": (stop - start) / wall if wall > 0 else math.nan})  # fmt: skip
+    step = max([step] + [stop["stop_step"] for stop in stops])  # a stop comes after the last game ended
     references = [
         {**row, "score": float(row["score"]), "spread": float(row["spread"])}
         for row in read_csv_rows(folder / "references.csv")
@@ -972,7 +973,7 @@ def main_job_report(folder: Path = MAIN_JOB) -> dict[str, Any]:
         "steps": int(config["steps"]),
         "step": step,
         "wall_seconds": seconds,
-        "hours_per_million_steps": seconds / 3600 / (step / 1e6) if step else math.nan,
+        "hours_per_million_steps": seconds / 3600 / (games[-1, 0] / 1e6) if len(games) else math.nan,
         "training_mean": float(recent.mean()) if len(recent) else math.nan,
         "training_games": len(recent),
         "evaluations": evaluations,
