@@ -57,7 +57,7 @@ from dqn_atari.utils_config import (
 )
 from dqn_atari.utils_config import build_parser as main_parser
 from dqn_atari.utils_env import game_name, is_atari, resolve_env_id, saved_env_id
-from dqn_atari.utils_results import ReportError, collect, report, write_comparison
+from dqn_atari.utils_results import BOOTSTRAP_SAMPLES, ReportError, collect, report, write_comparison
 from dqn_atari.utils_run import (
     EPISODES_FILE,
     CheckpointError,
@@ -507,7 +507,15 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
         metavar=("SWEEP", "OTHER"),
         help="only write and print SWEEP's finished runs beside OTHER's (SWEEP/versus-OTHER.md): an ablation",
     )
+    parser.add_argument(
+        "--samples",
+        type=int,
+        help=f"with --report or --compare: bootstrap draws of the intervals and the null check (default: "
+        f"{BOOTSTRAP_SAMPLES:,}, the committed reports'; fewer for a quick look)",
+    )
     arguments, passed = parser.parse_known_args(argv)
+    if arguments.samples is not None and arguments.samples < 1:
+        parser.error(f"--samples must be a whole number of 1 or more, got {arguments.samples}")
     if arguments.report is None and arguments.compare is None:
         if not arguments.envs or not arguments.out:
             parser.error("--envs and --out are needed to run a sweep (or --report SWEEP for its report)")
@@ -524,10 +532,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         if arguments.report is not None:
-            print(report(Path(arguments.report)), flush=True)
+            print(report(Path(arguments.report), arguments.samples), flush=True)
             return 0
         if arguments.compare is not None:
-            print(write_comparison(*map(Path, arguments.compare)), flush=True)
+            print(write_comparison(*map(Path, arguments.compare), arguments.samples), flush=True)
             return 0
         return sweep(arguments, passed)
     except (SweepError, ReportError) as error:

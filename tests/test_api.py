@@ -192,7 +192,7 @@ def test_an_installed_copy_shadows_nothing_and_reports_outside_the_checkout(tmp_
     for run in ("Pong-seed0", "Breakout-seed0"):
         shutil.copytree(ROOT / "results" / "atari100k" / run, sweep / run)
     done = subprocess.run(
-        [str(venv / "bin" / "dqn-sweep"), "--report", str(sweep)],
+        [str(venv / "bin" / "dqn-sweep"), "--report", str(sweep), "--samples", "200"],
         cwd=user, env=environment, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
