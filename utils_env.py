@@ -61,6 +61,16 @@ def _ale_ids() -> list[str]:
     return sorted(k for k in gym.registry if k.startswith("ALE/") and k.endswith("-v5"))
 
 
+def ale_games() -> dict[str, str]:
+    """Each registered ALE game's squashed name (``game_key``) -> its ALE/<Game>-v5 id."""
+    return {_squash(game_name(i)): i for i in _ale_ids()}
+
+
+def game_key(name: str) -> str:
+    """A game's name or ALE/<Game>-v5 id as ``ale_games`` keys it: 'space_invaders', 'SpaceInvaders' alike."""
+    return _squash(name.removeprefix("ALE/").removesuffix("-v5"))
+
+
 def _squash(name: str) -> str:
     return name.lower().replace("_", "").replace("-", "").replace(" ", "")
 
@@ -90,8 +100,7 @@ def resolve_env_id(name: str) -> str:
     register_plugin_envs()
     if name in gym.registry:
         return atari_id(name) or name  # an ALE id a plugin registered is that game too
-    games = {_squash(game_name(i)): i for i in _ale_ids()}
-    key = _squash(name.removeprefix("ALE/").removesuffix("-v5"))
+    games, key = ale_games(), game_key(name)
     close = difflib.get_close_matches(key, games, n=3, cutoff=0.6)
     hints = [game_name(games[c]) for c in close] + difflib.get_close_matches(name, list(gym.registry), n=3)
     raise ValueError(
@@ -106,8 +115,7 @@ def atari_id(name: str) -> str | None:
     only looks names up in gymnasium's registry: nothing ``name`` names is imported or run."""
     if name in gym.registry and name.startswith("ALE/"):
         return name
-    games = {_squash(game_name(i)): i for i in _ale_ids()}
-    key = _squash(name.removeprefix("ALE/").removesuffix("-v5"))
+    games, key = ale_games(), game_key(name)
     if key in games:
         return games[key]
     spec = gym.registry.get(name)
@@ -494,22 +502,22 @@ class GymEnv:
         """``observation`` as an array, when it holds what the observation space declares: its shape, its dtype
         (a cast would change it silently) and, where frames are scaled, its range (they would wrap around 255)."""
         observation = np.asarray(observation)
-        name, expected = env_label(self.env_id), self.env.observation_space.shape
+        expected = self.env.observation_space.shape
         if observation.shape != expected:
-            raise ObservationError(
-                f"{name} gave an observation of shape {observation.shape}, its observation space's is {expected}"
+            problem = f"an observation of shape {observation.shape}, its observation space's is {expected}"
+        elif observation.dtype != self._dtype:
+            problem = (
+                f"an observation of {observation.dtype} values, its observation_space declares {self._dtype}: give "
+                f"{self._dtype} ones (a cast would change them silently)"
             )
-        if observation.dtype != self._dtype:
-            raise ObservationError(
-                f"{name} gave an observation of {observation.dtype} values, its observation_space declares "
-                f"{self._dtype}: give {self._dtype} ones (a cast would change them silently)"
-            )
-        if self._scale > 1 and observation.max() > self._brightest:
-            raise ObservationError(
-                f"{name} gave an observation with a pixel of {observation.max()}, above the {self._brightest} its "
+        elif self._scale > 1 and observation.max() > self._brightest:
+            problem = (
+                f"an observation with a pixel of {observation.max()}, above the {self._brightest} its "
                 "observation_space declares"
             )
-        return observation
+        else:
+            return observation
+        raise ObservationError(f"{env_label(self.env_id)} gave {problem}")  # named only now: a spec's is parsed JSON
 
     def _convert(self, frame: np.ndarray) -> np.ndarray:
         """One observed frame as the agent's uint8, channels first."""

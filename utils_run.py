@@ -412,7 +412,8 @@ def load_memory(
     if saved["step"] != step:
         return None, f"{path} was saved at step {saved['step']}, not at the checkpoint's step {step}"
     stored = saved.get("config")
-    if not isinstance(stored, dict) or any({**defaults, **stored}.get(name) != value for name, value in config.items()):
+    saved_config = {**defaults, **stored} if isinstance(stored, dict) else None
+    if saved_config is None or any(saved_config.get(name) != value for name, value in config.items()):
         return None, f"{path} belongs to a run with other settings"
     return saved["memory"], ""
 
