@@ -5,6 +5,7 @@ the defaults learn Breakout beside CleanRL's reference.
     python bench.py --json    # the same figures as one JSON object
     python bench.py --quick   # under a minute, rougher (used by the tests)
     python bench.py --apex    # Ape-X's parts: actors, learner, object store (needs ray)
+    python bench.py --at-once # about 25 minutes: --eval-envs' evaluations and --envs' training loop
     python bench.py --learning --steps 150000 [--prioritized]   # about 25 minutes: learning speed
     python bench.py --gpu --cleanrl DQN_ATARI [--cleanrl-path SITE]  # on a GPU: scripts/gpu_check.sh
 
@@ -55,7 +56,7 @@ from dqn_atari.utils_config import (
     use_threads,
 )
 from dqn_atari.utils_drl import Agent
-from dqn_atari.utils_env import AtariEnv, resolve_env_id
+from dqn_atari.utils_env import AtariEnv, evaluate, resolve_env_id
 from dqn_atari.utils_memory import PrioritizedReplayMemory, ReplayMemory, SumTree
 from dqn_atari.utils_results import (
     MAIN_JOB,
@@ -219,6 +220,102 @@ def bench_loop(
         if summary.exit_code != 0:
             raise RuntimeError(f"the training loop failed: {errors.getvalue().strip().splitlines()[-1:]}")
         return summary
+
+
+# Games at once. The evaluation: the Atari 100k preset's (100 games, epsilon 0.001, Dopamine's network) on
+# AT_ONCE_GAME with an untrained agent, whose games all last about 800 steps (lost 21-0), at each number of
+# games at once, in turn, every round; the speed-up is the best number's against one at a time, and every number
+# must play the same games. The training loop: --envs 2 against 1 at the default settings, in turn.
+AT_ONCE_GAME = "Pong"
+AT_ONCE_EVAL_ENVS = (1, 16, 32, 100)
+AT_ONCE_TRAIN_ENVS = (1, 2)
+
+
+def bench_at_once(quick: bool) -> dict[str, Any]:
+    """Evaluations of --eval-envs games at a time, and the training loop at --envs 1 and 2 (threads: 1, as the
+    sweeps run; the evaluation also with 2)."""
+    games, rounds = (8, 1) if quick else (100, 2)
+    lanes = sorted({min(m, games) for m in AT_ONCE_EVAL_ENVS})
+    args = parse_config(["--preset", "atari100k", "--env", AT_ONCE_GAME, "--out", "unused", "--threads", "1"])[0]
+    threads = use_threads(1)
+    env = main.make_env(args, 0)
+    agent = Agent(env.n_actions, "cpu", seed=0, **main.agent_options(args, env))
+    rule = main.stack_rule(args, env)
+
+    def evaluation(at_once: int) -> tuple[float, list[float]]:
+        start = time.perf_counter()
+        with contextlib.redirect_stderr(io.StringIO()):
+            games_played = main.seeded_games(args, [0], False)
+            result = evaluate(agent.act_all, games_played, games, args.eval_epsilon, at_once, stack_rule=rule)
+        return time.perf_counter() - start, result.scores
+
+    seconds: dict[int, list[float]] = {m: [] for m in lanes}
+    scores: dict[int, list[float]] = {}
+    for _ in range(rounds):
+        for at_once in lanes:
+            took, scores[at_once] = evaluation(at_once)
+            seconds[at_once].append(took)
+    best = min(lanes[1:], key=lambda m: statistics.mean(seconds[m]))
+    use_threads(2)
+    both_cores, _ = evaluation(best)
+    use_threads(threads)
+    steps, learning_starts = (1000, 500) if quick else (4000, 2000)
+    loop: dict[int, list[float]] = {n: [] for n in AT_ONCE_TRAIN_ENVS}
+    for _ in range(rounds):
+        for envs in AT_ONCE_TRAIN_ENVS:
+            summary = bench_loop(env_id="Breakout", prioritized=False, learning_starts=learning_starts,
+                                 steps=steps, train_every=4, threads=1, extra=["--envs", str(envs)])  # fmt: skip
+            loop[envs].append(summary.learning_steps_per_second)
+    return {
+        "eval_game": AT_ONCE_GAME,
+        "eval_games": games,
+        "eval_seconds": {str(m): took for m, took in seconds.items()},
+        "eval_best_envs": best,
+        "eval_speedup": statistics.mean(seconds[1]) / statistics.mean(seconds[best]),
+        "eval_speedup_rounds": [one / many for one, many in zip(seconds[1], seconds[best], strict=True)],
+        "eval_both_cores_speedup": statistics.mean(seconds[1]) / both_cores,
+        "eval_games_differing": {str(m): sum(a != b for a, b in zip(scores[m], scores[1], strict=True)) for m in lanes},
+        "eval_mean_score": statistics.mean(scores[1]),
+        "loop_sps": {str(n): sps for n, sps in loop.items()},
+        "loop_ratio": statistics.mean(loop[2]) / statistics.mean(loop[1]),
+        "loop_ratio_rounds": [two / one for one, two in zip(loop[1], loop[2], strict=True)],
+        "rounds": rounds,
+        "cpu": platform.processor() or platform.machine(),
+        "cpus": available_cpus(),
+        "torch": torch.__version__,
+        "ale_py": ale_py.__version__,
+        "quick": quick,
+    }
+
+
+def at_once_table(figures: dict[str, Any]) -> str:
+    """bench_at_once's figures as Markdown."""
+    best = str(figures["eval_best_envs"])
+    rounds = ", ".join(f"{ratio:.2f}" for ratio in figures["eval_speedup_rounds"])
+    lines = [
+        f"Evaluation: {figures['eval_games']} games of the Atari 100k preset on {figures['eval_game']} (an untrained "
+        f"agent, mean score {figures['eval_mean_score']:.1f}), 1 torch thread, {figures['rounds']} rounds in turn",
+        "",
+        "| --eval-envs | seconds, each round | games whose score differs from one at a time |",
+        "|---:|---|---:|",
+    ]
+    for at_once, took in figures["eval_seconds"].items():
+        shown = ", ".join(f"{t:.0f}" for t in took)
+        lines.append(f"| {at_once} | {shown} | {figures['eval_games_differing'][at_once]} |")
+    lines += [
+        "",
+        f"--eval-envs {best} against 1: **{figures['eval_speedup']:.2f}x** (rounds: {rounds}); with both cores "
+        f"(2 threads), {figures['eval_both_cores_speedup']:.2f}x.",
+        "",
+        "Training loop (Breakout, the default settings, 1 thread), steps/s once learning started:",
+        "",
+        "| --envs | steps/s, each round |",
+        "|---:|---|",
+    ]
+    lines += [f"| {n} | {', '.join(f'{v:.0f}' for v in sps)} |" for n, sps in figures["loop_sps"].items()]
+    ratios = ", ".join(f"{ratio:.2f}" for ratio in figures["loop_ratio_rounds"])
+    lines += ["", f"--envs 2 against 1: {figures['loop_ratio']:.2f}x (rounds: {ratios})."]
+    return "\n".join(lines)
 
 
 def filled_memory(memory: ReplayMemory, steps: int) -> ReplayMemory:
@@ -732,6 +829,14 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     # One loop in a process of its own, printing its steps/s: what --shared starts.
     parser.add_argument("--apex", action="store_true", help="only Ape-X's parts (needs ray; a few minutes)")
     parser.add_argument(
+        "--at-once",
+        action="store_true",
+        help="only games at once: evaluations at each --eval-envs, the training loop at --envs 1 and 2 (25 minutes)",
+    )
+    parser.add_argument(
+        "--at-once-report", type=Path, metavar="JSON", help="only print --at-once's figures (its --json) as tables"
+    )
+    parser.add_argument(
         "--gpu", action="store_true", help="the GPU check's figures (scripts/gpu_check.sh; about 7 minutes on a GPU)"
     )
     parser.add_argument(
@@ -809,6 +914,13 @@ if __name__ == "__main__":
     if arguments.apex:
         results = bench_apex(env_id, arguments.quick)
         print(json.dumps(results, indent=2) if arguments.json else table(results, APEX_ROWS))
+        sys.exit(0)
+    if arguments.at_once_report:
+        print(at_once_table(json.loads(arguments.at_once_report.read_text())))
+        sys.exit(0)
+    if arguments.at_once:
+        results = bench_at_once(arguments.quick)
+        print(json.dumps(results, indent=2) if arguments.json else at_once_table(results))
         sys.exit(0)
     if arguments.gpu_report:
         print(gpu_tables(json.loads(arguments.gpu_report.read_text())["bench"]))

@@ -24,7 +24,7 @@ import gymnasium
 import numpy as np
 
 from dqn_atari import main
-from dqn_atari.utils_config import build_parser, device_problem, parse_config, pick_device, saved_options
+from dqn_atari.utils_config import EVAL_ENVS, build_parser, device_problem, parse_config, pick_device, saved_options
 from dqn_atari.utils_drl import Agent
 from dqn_atari.utils_env import (
     FRAME_SIZE,
@@ -114,18 +114,21 @@ class TrainedAgent:
         options = {**self.env_options(), **overrides}
         return AtariGymEnv(self.config.env, seed, render_mode, main.stack_rule(self.config), **options)
 
-    def evaluate(self, episodes: int = 10, seed: int = 0, epsilon: float | None = None) -> list[float]:
-        """Whole games with the run's evaluation protocol (its --eval-epsilon unless given): their raw scores."""
+    def evaluate(
+        self, episodes: int = 10, seed: int = 0, epsilon: float | None = None, envs: int = EVAL_ENVS
+    ) -> list[float]:
+        """Whole games with the run's evaluation protocol (its --eval-epsilon unless given), each on a game of its
+        own seeded by (``seed``, its number), ``envs`` at a time (the same games however many): their raw scores,
+        in the games' order."""
         if not isinstance(episodes, int) or episodes < 1:
             raise ValueError(f"episodes must be a whole number of 1 or more, got {episodes!r}")
+        if not isinstance(envs, int) or envs < 1:
+            raise ValueError(f"envs must be a whole number of 1 or more, got {envs!r}")
         epsilon = self.config.eval_epsilon if epsilon is None else epsilon
         check_epsilon(epsilon)
-        env = main.make_env(self.config, seed)
-        return evaluate(self._act_on_state, env, episodes, epsilon, stack_rule=main.stack_rule(self.config, env)).scores
-
-    def _act_on_state(self, state: np.ndarray, epsilon: float) -> int:
-        """``act`` on a state the agent's own frame stack built (not a gymnasium observation)."""
-        return self._agent.act(state, epsilon, self._rng)
+        games = main.seeded_games(self.config, [seed], render=False)
+        rule = main.stack_rule(self.config, main.make_env(self.config, seed))
+        return evaluate(self._agent.act_all, games, episodes, epsilon, envs, stack_rule=rule).scores
 
 
 def check_epsilon(epsilon: float) -> None:

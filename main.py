@@ -65,6 +65,8 @@ from dqn_atari.utils_env import (
     EvaluationStopped,
     GymEnv,
     Player,
+    SeededGames,
+    SerialGames,
     env_label,
     episode_steps,
     evaluate,
@@ -138,26 +140,33 @@ def run_evaluation(
     index: int,
     out: Path,
     stopped: Callable[[], bool],
+    rule: StackRule,
     finished: FinishedGames | None = None,
+    machines: list[AtariEnv | GymEnv] | None = None,
 ) -> EvalResult:
-    """Evaluate on a fresh game seeded by (seed, index), so a resumed run evaluates identically;
-    ``finished``: the games a stop's evaluation had finished, which it goes on from."""
-    seed = int(np.random.SeedSequence([args.seed, index, 1]).generate_state(1)[0])
-    env = make_env(args, seed, render=args.render)
-    rng = np.random.default_rng(seed)
+    """Evaluation ``index``: --eval-episodes games seeded by (seed, index), so that a resumed run
+    evaluates identically, --eval-envs at a time, their stacks started by ``rule``; ``finished``: the
+    games a stop's evaluation had finished, which it goes on from; ``machines``: game machines the
+    evaluations share (making one takes a fifth of a second)."""
+    entropy = [args.seed, index, 1]
     frame_dir = out / f"eval_{index:03d}" if args.render else None
 
     def play(finished: FinishedGames | None) -> EvalResult:
+        if args.eval_games == "serial":  # one game machine seeded by (seed, index) plays them in turn
+            seed = int(np.random.SeedSequence(entropy).generate_state(1)[0])
+            games = SerialGames(make_env(args, seed, render=args.render), np.random.default_rng(seed))
+        else:
+            games = seeded_games(args, entropy, args.render, machines)
         return evaluate(
-            lambda state, eps: agent.act(state, eps, rng),
-            env,
+            agent.act_all,
+            games,
             args.eval_episodes,
             args.eval_epsilon,
+            args.eval_envs,
             frame_dir,
             stopped,
-            stack_rule(args, env),
+            rule,
             show_progress=True,
-            act_rng=rng,
             finished=finished,
         )
 
@@ -171,6 +180,14 @@ def run_evaluation(
                 flush=True,
             )
     return play(None)
+
+
+def seeded_games(
+    args: argparse.Namespace, entropy: list[int], render: bool, pool: list[AtariEnv | GymEnv] | None = None
+) -> SeededGames:
+    """Evaluation games each seeded from ``entropy`` and its number, the first rendering with ``render``, on the
+    game machines of ``pool`` and new ones."""
+    return SeededGames(lambda seed, render: make_env(args, seed, render), entropy, render, pool)
 
 
 class TrainSummary(NamedTuple):
@@ -199,9 +216,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def play_checkpoint(args: argparse.Namespace, checkpoint: dict[str, Any]) -> int:
-    """Play --eval-episodes games with the checkpoint's network, printing each game's score."""
+    """Play --eval-episodes games with the checkpoint's network, --eval-envs at a time, each seeded by
+    (--seed, its number), and print each game's score."""
     use_threads(args.threads)
-    env = make_env(args, args.seed, render=args.render)
+    env = make_env(args, args.seed)
     agent = Agent(env.n_actions, pick_device(args.device), seed=args.seed, **agent_options(args, env))
     agent.online.load_state_dict(checkpoint["agent"]["online"])
     print(
@@ -209,7 +227,6 @@ def play_checkpoint(args: argparse.Namespace, checkpoint: dict[str, Any]) -> int
         f"{args.eval_episodes} games, epsilon {args.eval_epsilon}",
         flush=True,
     )
-    rng = np.random.default_rng(args.seed)
     frame_dir = None
     if args.render:
         source = Path(args.evaluate)
@@ -218,19 +235,19 @@ def play_checkpoint(args: argparse.Namespace, checkpoint: dict[str, Any]) -> int
         suffix = 1
         while frame_dir.exists():  # never replace frames a user already has
             frame_dir, suffix = folder / f"playback_{source.stem}_{suffix}", suffix + 1
-    scores = []
-    for episode in range(args.eval_episodes):
-        result = evaluate(
-            lambda state, eps: agent.act(state, eps, rng),
-            env,
-            1,
-            args.eval_epsilon,
-            frame_dir if episode == 0 else None,
-            stack_rule=stack_rule(args, env),
-        )
-        scores.append(result.scores[0])
-        print(f"Episode #{episode}: reward: {scores[-1]:.1f}", flush=True)
-    print(f"Mean reward over {len(scores)} episodes: {np.mean(scores):.1f}", flush=True)
+    result = evaluate(
+        agent.act_all,
+        seeded_games(args, [args.seed], args.render),
+        args.eval_episodes,
+        args.eval_epsilon,
+        args.eval_envs,
+        frame_dir,
+        stack_rule=stack_rule(args, env),
+        show_progress=True,
+    )
+    for episode, score in enumerate(result.scores):
+        print(f"Episode #{episode}: reward: {score:.1f}", flush=True)
+    print(f"Mean reward over {len(result.scores)} episodes: {np.mean(result.scores):.1f}", flush=True)
     if frame_dir:
         print(f"Frames of episode #0: {frame_dir}", flush=True)
     return 0
@@ -292,13 +309,18 @@ def run_training(args: argparse.Namespace, checkpoint: dict[str, Any] | None, st
 
 
 def play_and_learn(run: Trainer) -> None:
-    """Nature DQN: this process plays epsilon-greedy, annealing epsilon, and learns every
-    --train-every steps from the replay memory."""
-    args, agent, player, progress = run.args, run.agent, run.player, run.progress
+    """Nature DQN: this process plays --envs games epsilon-greedy, annealing epsilon, their actions
+    from one forward pass, and learns every --train-every steps (counted over all games) from the
+    replay memory. A round steps every game, then counts each step in the games' order."""
+    args, agent, players, progress = run.args, run.agent, run.players, run.progress
     while progress.step < args.steps and not run.stop.requested:
         epsilon = exploration(args, progress.step)
-        game = player.step(agent.act(player.state, epsilon))  # pushes the step into the memory
-        run.step_done(game, epsilon, learn=True)
+        actions = agent.act_all(np.stack([player.state for player in players]), epsilon)
+        run.in_round = len(players) > 1  # the games ahead of the step count: no checkpoint until the round ends
+        games = [player.step(int(action)) for player, action in zip(players, actions, strict=True)]  # into memory
+        for game in games:
+            run.step_done(game, epsilon, learn=True)
+        run.in_round = False
 
 
 def learn_from_actors(run: Trainer, pool: ActorPool) -> None:
@@ -328,13 +350,17 @@ def learn_from_actors(run: Trainer, pool: ActorPool) -> None:
 
 def refill_by_playing(run: Trainer, count: int) -> None:
     """Play ``count`` steps into the memory with the current policy, not counted as training."""
-    args, agent, player = run.args, run.agent, run.player
+    args, agent, players = run.args, run.agent, run.players
     epsilon = exploration(args, run.progress.step)
-    player.new_game()  # an empty memory must start with the first frame of a game
-    for _ in tqdm(range(count), desc="refilling replay memory", unit="step", mininterval=1.0):
+    for player in players:
+        player.new_game()  # an empty memory must start with the first frame of a game
+    rounds = -(-count // len(players))
+    for _ in tqdm(range(rounds), desc="refilling replay memory", unit="round", mininterval=1.0):
         if run.stop.requested:
             break
-        player.step(agent.act(player.state, epsilon))
+        actions = agent.act_all(np.stack([player.state for player in players]), epsilon)
+        for player, action in zip(players, actions, strict=True):
+            player.step(int(action))
 
 
 def refill_from_actors(run: Trainer, pool: ActorPool, count: int) -> None:
@@ -382,7 +408,12 @@ class Trainer:
         check_free_space(out, needed)
         self.memory = build_memory(args, device, frames_on_device, env)
         self.env = env
-        self.player = None if args.actors else Player(env, self.memory, args.clip_rewards)  # Ape-X: the actors play
+        games = (  # the training games (Ape-X: the actors play)
+            [] if args.actors else [env, *(make_env(args, training_seed(args.seed, g)) for g in range(1, args.envs))]
+        )
+        self.players = [Player(game, self.memory, args.clip_rewards, stream) for stream, game in enumerate(games)]
+        self.in_round = False  # some games of --envs have stepped beyond the steps counted
+        self.eval_machines: list[AtariEnv | GymEnv] = []  # the evaluations' game machines, seeded for each game
         self.progress = Progress()
         self.updates = 0  # gradient steps taken in this process
         self.evaluation_stopped = False  # a stop cut an evaluation short in this process: its games are unsaved
@@ -401,19 +432,24 @@ class Trainer:
                     f"cannot resume: the checkpoint's agent does not fit this run ({type(error).__name__}: {reason}); "
                     "nothing was changed"
                 ) from None
-            if self.player and checkpoint["player"] is not None:
+            saved_players = checkpoint["players"]
+            if self.players and saved_players is not None:
                 try:
-                    self.player.load_state_dict(checkpoint["player"])
+                    if len(saved_players) != len(self.players):
+                        raise ValueError(f"{len(saved_players)} games were saved")
+                    for player, state in zip(self.players, saved_players, strict=True):
+                        player.load_state_dict(state)
                 except (EmulatorStateError, ValueError) as error:  # ValueError: a stack of another shape
-                    why = "frame stack is not one of this game's"
+                    why = "frame stacks are not this game's"
                     if isinstance(error, EmulatorStateError):
                         why = f"emulator state is {error}"
                     print(
-                        f"Note: the checkpoint's game cannot be continued, its {why}; training "
-                        "goes on from a new game, so the run is no longer the one it would have been",
+                        f"Note: the checkpoint's games cannot be continued, their {why}; training "
+                        "goes on from new games, so the run is no longer the one it would have been",
                         flush=True,
                     )
-                    self.player.new_game()
+                    for player in self.players:
+                        player.new_game()
             self.wall_base = self.progress.wall_seconds
             for note in reconcile_with_checkpoint(out, checkpoint):
                 print(f"Note: {note}", flush=True)
@@ -540,7 +576,7 @@ class Trainer:
                 "config": self.config,
                 "run": asdict(progress),
                 "agent": self.agent.state_dict(),
-                "player": self.player.state_dict() if self.player else None,  # Ape-X: actors start new games
+                "players": [player.state_dict() for player in self.players] or None,  # Ape-X: actors start new games
                 "torch_rng": torch.get_rng_state(),
                 "rewards_line": line,
             },
@@ -550,6 +586,11 @@ class Trainer:
         self.saved_step = progress.step
 
     def save_interrupted(self) -> None:
+        if self.in_round:  # a failure inside a round of --envs games: its games have moved past the step count
+            print(
+                f"Note: a game failed within a round of {self.args.envs} games; {last_checkpoint(self.out)}", flush=True
+            )
+            return
         if self.progress.step > self.saved_step or self.evaluation_stopped:  # else the last checkpoint holds it
             self.save(self.out / INTERRUPTED_CHECKPOINT, None)
 
@@ -563,15 +604,21 @@ class Trainer:
         index = progress.evaluations
         progress.evaluation_due = True
         finished = FinishedGames(**progress.evaluation_games) if progress.evaluation_games else None
-        if finished and len(finished.scores) >= self.args.eval_episodes:  # --eval-episodes lowered on resume
+        episodes = self.args.eval_episodes
+        if finished and (  # --eval-episodes lowered on resume
+            len(finished.scores) >= episodes or any(number >= episodes for number in finished.numbers or ())
+        ):
             print(
                 f"Note: the stopped evaluation had finished {len(finished.scores)} games, --eval-episodes is now "
-                f"{self.args.eval_episodes}: it starts again from its first game",
+                f"{episodes}: it starts again from its first game",
                 flush=True,
             )
             finished = None
         try:
-            result = run_evaluation(self.args, self.agent, index, self.out, lambda: self.stop.requested, finished)
+            rule = stack_rule(self.args, self.env)
+            result = run_evaluation(
+                self.args, self.agent, index, self.out, lambda: self.stop.requested, rule, finished, self.eval_machines
+            )
         except EvaluationStopped as stop:
             progress.evaluation_games = stop.finished._asdict()
             self.evaluation_stopped = True
@@ -607,7 +654,7 @@ class Trainer:
             except (ValueError, KeyError, RuntimeError, TypeError, AttributeError) as error:
                 reason = f"{out / MEMORY_FILE} cannot be used ({type(error).__name__}: {error})"
             else:
-                if len(memory) or self.player is None or self.player.first:  # Ape-X actors start new games
+                if len(memory) or all(player.first for player in self.players):  # Ape-X actors start new games
                     return
                 reason = f"{out / MEMORY_FILE} is empty, but the checkpoint is in the middle of a game"
         reason = reason or "the replay memory was not saved with the checkpoint (--save-memory saves it)"
@@ -665,6 +712,11 @@ def make_env(args: argparse.Namespace, seed: int, render: bool = False) -> Atari
     return GymEnv(args.env, seed, render, episode_steps(args.max_episode_frames))
 
 
+def training_seed(seed: int, game: int) -> int:
+    """The seed of training game ``game`` of --envs: --seed itself for the first (one game plays as it always has)."""
+    return seed if game == 0 else int(np.random.SeedSequence([seed, game, 2]).generate_state(1)[0])
+
+
 def env_options(args: argparse.Namespace) -> dict[str, Any]:
     """AtariEnv's keyword arguments but the seed (each game gets its own)."""
     return {
@@ -710,7 +762,7 @@ def build_memory(
         seed=args.seed,
         n_step=args.n_step,
         gamma=args.gamma,
-        streams=max(1, args.actors),  # Ape-X: one stream per actor
+        streams=args.actors or args.envs,  # one stream per Ape-X actor, or per game of --envs
         stack_rule=stack_rule(args, env),
         frames_on_device=frames_on_device,
         **options,

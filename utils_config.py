@@ -44,7 +44,7 @@ from dqn_atari.utils_run import MEMORY_FILE, REWARDS_FILE, CheckpointError, load
 # in training (each plays a game seeded by (seed, index) with its own generator), so their schedule and size may too.
 RESUMABLE_OPTIONS = {
     "steps", "device", "memory_device", "cuda_graphs", "threads", "render", "save_memory", "tensorboard", "resume",
-    "keep_checkpoints", "eval_every", "eval_episodes",
+    "keep_checkpoints", "eval_every", "eval_episodes", "eval_envs",
     "replay_ratio", "weights_every", "chunk_steps", "actor_timeout", "ray_address",
 }  # fmt: skip
 # Options that reach the network (the Ray cluster an Ape-X learner joins, and ships this project's code to): the
@@ -54,10 +54,15 @@ PER_START_OPTIONS = {"ray_address"}
 # Options that --evaluate takes from the user; the others come from the checkpoint. Of these, a
 # playback's own (not the run's) unless given: the number of games, and whether to save frames.
 PLAYBACK_OPTIONS = {
-    "evaluate", "eval_episodes", "eval_epsilon", "render", "device", "threads", "seed", "out", "sticky_actions",
+    "evaluate", "eval_episodes", "eval_envs", "eval_epsilon", "render", "device", "threads", "seed", "out",
+    "sticky_actions",
 }  # fmt: skip
 PLAYBACK_DEFAULTS = ("eval_episodes", "render")
+# Which games a run's evaluations play (--eval-games): it changes nothing in training, and a run keeps one
+# scheme from its first evaluation to its last.
+EVALUATION_SCHEMES = ("seeded", "serial")
 MEMORY_DEVICES = ("auto", "host", "device")
+EVAL_ENVS = 16  # evaluation games at once by default: see bench.py --evaluation
 SCALAR_BYTES = 7  # a step's action, reward, terminal and game-start flags, besides its frame
 # GPU memory left for the two networks, Adam's moments, a batch's activations and cuDNN's workspaces.
 DEVICE_HEADROOM = 2 * 2**30
@@ -69,7 +74,7 @@ UNIT_INTERVAL = ("gamma", "eps_start", "eps_end", "eval_epsilon", "sticky_action
 POSITIVE_FLOATS = ("lr", "adam_eps", "priority_eps")
 POSITIVE_INTS = (
     "steps", "memory_size", "batch_size", "train_every", "target_every", "eval_every", "eval_episodes", "n_step",
-    "weights_every", "chunk_steps",
+    "weights_every", "chunk_steps", "envs",
 )  # fmt: skip
 NON_NEGATIVE_INTS = (
     "seed", "learning_starts", "eps_decay_steps", "eps_decay_start", "actors", "noop_max", "keep_checkpoints",
@@ -251,7 +256,15 @@ def build_parser() -> argparse.ArgumentParser:
         "environment with image observations and discrete actions: a registered id (MinAtar/Breakout-v1) or "
         "module:Class",
     )
-    add("--steps", type=int, default=10_000_000, help="training agent steps (4 frames each)")
+    add("--steps", type=int, default=10_000_000, help="training agent steps (4 frames each), over all --envs games")
+    add(
+        "--envs",
+        type=int,
+        default=1,
+        help="training games played at once, each with its own seed and replay memory stream, their actions from "
+        "one forward pass; every step count (--train-every, --target-every, epsilon, --eval-every) counts the "
+        "steps of all of them",
+    )
     add("--seed", type=int, default=0, help="seeds the game, the network, exploration and replay sampling")
     add(
         "--out",
@@ -391,6 +404,20 @@ def build_parser() -> argparse.ArgumentParser:
     add("--eval-every", type=int, default=250_000, help="agent steps between evaluations")
     add("--eval-episodes", type=int, default=10, help="games per evaluation")
     add(
+        "--eval-envs",
+        type=int,
+        default=None,
+        help=f"evaluation games played at once, their actions from one forward pass (default {EVAL_ENVS}; the "
+        "same games however many; 1 with --eval-games serial)",
+    )
+    add(
+        "--eval-games",
+        choices=EVALUATION_SCHEMES,
+        default="seeded",
+        help="seeded: each evaluation game on its own game machine, seeded by (--seed, evaluation, game); serial: "
+        "one machine plays them in turn, one at a time (runs from before --eval-envs)",
+    )
+    add(
         "--keep-checkpoints",
         type=int,
         default=0,
@@ -446,7 +473,8 @@ def parse_config(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, 
         due = ""
         if checkpoint["run"].get("evaluation_due", False):
             games = len((checkpoint["run"].get("evaluation_games") or {}).get("scores", []))
-            due = f", its evaluation first, from game {games + 1}" if games else ", its evaluation first"
+            done = f", {games} of its {args.eval_episodes} games done" if games else ""
+            due = f", its evaluation first{done}"
         print(f"Resuming from {resume_from} (step {checkpoint['run']['step']:,}{due})", flush=True)
         saved_steps = checkpoint["config"]["steps"]
         if args.prioritized and args.steps != saved_steps:
@@ -459,14 +487,18 @@ def parse_config(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, 
 
 
 def learning_config(options: dict[str, Any]) -> dict[str, Any]:
-    """The options that decide what the replay memory holds: all but those a resume may change."""
-    return {k: v for k, v in options.items() if k not in RESUMABLE_OPTIONS | {"out", "evaluate", "resume"}}
+    """The options that decide what the replay memory holds: all but those a resume may change, and the
+    evaluations' scheme."""
+    left_out = RESUMABLE_OPTIONS | {"out", "evaluate", "resume", "eval_games"}
+    return {k: v for k, v in options.items() if k not in left_out}
 
 
 def saved_options(saved: dict[str, Any]) -> dict[str, Any]:
     """A run's saved configuration as a new start takes it: main.py's defaults for the options newer than the run,
     and for ``PER_START_OPTIONS``, which come from the user on each start, never from a file."""
     kept = {name: value for name, value in saved.items() if name not in PER_START_OPTIONS}
+    if saved and "eval_games" not in saved:  # a run from before --eval-envs evaluates as it always did
+        kept["eval_games"] = "serial"
     return {**vars(build_parser().parse_args([])), **kept}
 
 
@@ -652,11 +684,38 @@ def check_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
             parser.error(f"--actor-timeout must be positive and finite, got {args.actor_timeout}")
     elif args.ray_address is not None and not args.actors:
         parser.error("--ray-address goes with --actors N (Ape-X)")
+    check_envs(parser, args)
     problem = device_problem(args.device)
     if problem:
         parser.error(f"--device {args.device}: {problem}")
     if getattr(args, "tensorboard", False) and importlib.util.find_spec("tensorboard") is None:
         parser.error("--tensorboard needs the tensorboard package: pip install tensorboard")
+
+
+def check_envs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--envs and --eval-envs against the other options (--eval-envs by default as many as the scheme allows)."""
+    if args.eval_envs is None:
+        args.eval_envs = 1 if args.eval_games == "serial" else EVAL_ENVS
+    if args.eval_envs < 1:
+        parser.error(f"--eval-envs must be positive, got {args.eval_envs}")
+    if args.eval_envs > 1 and args.eval_games == "serial":
+        parser.error(
+            f"--eval-envs {args.eval_envs}: this run's evaluations are serial (--eval-games serial, one game machine "
+            "playing the games in turn), one game at a time"
+        )
+    if args.envs == 1 or args.evaluate is not None:
+        return
+    if args.actors:
+        parser.error(f"--envs {args.envs} goes without --actors: Ape-X's actors each play one game")
+    for name in ("steps", "eval_every"):  # a checkpoint falls between two rounds of games
+        if getattr(args, name) % args.envs:
+            parser.error(
+                f"--{name.replace('_', '-')} {getattr(args, name):,} is not a multiple of --envs {args.envs}: "
+                "a round plays one step of every game, and checkpoints fall between rounds"
+            )
+    depth = env_layout(args.env)[0]
+    if args.memory_size // args.envs <= depth + args.n_step:
+        parser.error(f"--memory-size {args.memory_size} is too small to give each of {args.envs} games a stream")
 
 
 def check_gym_env(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -77,7 +77,7 @@ class Agent:
             self.online.parameters(), lr=lr, eps=adam_eps, fused=fused, capturable=self.graphs
         )
         self.graphed: GraphedLearning | None = None
-        self.graphed_acting: GraphedActing | None = None
+        self.graphed_acting: dict[tuple[int, ...], GraphedActing] = {}  # by batch shape
         self.eager_steps = 0  # learning steps taken before the graph is captured
         self.rng = np.random.default_rng(seed)
         # A state goes to a GPU through one page-locked buffer; act's own read of the action waits
@@ -87,26 +87,44 @@ class Agent:
     def act(self, state: np.ndarray, epsilon: float, rng: np.random.Generator | None = None) -> int:
         """Epsilon-greedy action for one (stack, H, W) uint8 state; a stack of multi-channel frames,
         (stack, channels, H, W), is read as stack x channels channels, as the replay memory's batches."""
-        rng = self.rng if rng is None else rng
-        if rng.random() < epsilon:
-            return int(rng.integers(self.n_actions))
-        state = state.reshape(-1, *state.shape[-2:])
+        return int(self.act_all(state[None], epsilon, [self.rng if rng is None else rng])[0])
+
+    def act_all(self, states: np.ndarray, epsilon: float, rngs: list[np.random.Generator] | None = None) -> np.ndarray:
+        """Epsilon-greedy actions for a batch of states, one per game: game i explores with its own
+        generator ``rngs[i]`` (default: the agent's, drawn game after game), and the greedy ones share one
+        forward pass. One game's draws are ``act``'s."""
+        rngs = [self.rng] * len(states) if rngs is None else rngs
+        actions = np.empty(len(states), dtype=np.int64)
+        greedy = []
+        for game, rng in enumerate(rngs):
+            if rng.random() < epsilon:
+                actions[game] = rng.integers(self.n_actions)
+            else:
+                greedy.append(game)
+        if greedy:
+            actions[greedy] = self.greedy(states[greedy])
+        return actions
+
+    def greedy(self, states: np.ndarray) -> np.ndarray:
+        """The greedy actions of a batch of states (B, stack, H, W), or (B, stack, channels, H, W)."""
+        states = states.reshape(len(states), -1, *states.shape[-2:])
         if self.graphed_acts:
-            if self.graphed_acting is None:
-                self.graphed_acting = GraphedActing(self.online, state.shape, self.device)
-            return self.graphed_acting(self.pinned(state))
+            graph = self.graphed_acting.get(states.shape)
+            if graph is None:  # one graph per batch size: the games still playing change it
+                graph = self.graphed_acting[states.shape] = GraphedActing(self.online, states.shape, self.device)
+            return graph(self.pinned(states))
         with torch.inference_mode():
-            q_values = self.online(self.on_device(state).unsqueeze(0))
-        return int(q_values.argmax(dim=1).item())
+            q_values = self.online(self.on_device(states))
+        return q_values.argmax(dim=1).cpu().numpy()
 
     def on_device(self, state: np.ndarray) -> torch.Tensor:
-        """One state on the device: through the page-locked buffer on a GPU, shared on the CPU."""
+        """States on the device: through the page-locked buffer on a GPU, shared on the CPU."""
         if self.device.type != "cuda":
             return torch.from_numpy(state).to(self.device)
         return self.pinned(state).to(self.device, non_blocking=True)
 
     def pinned(self, state: np.ndarray) -> torch.Tensor:
-        """One state in the page-locked buffer, from which it goes up without a wait."""
+        """States in the page-locked buffer, from which they go up without a wait."""
         if self.state_buffer.shape != state.shape:
             self.state_buffer = torch.empty(state.shape, dtype=torch.uint8, pin_memory=True)
         self.state_buffer.numpy()[:] = state
@@ -199,7 +217,7 @@ class Agent:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         # Adam's state becomes new tensors: the next steps capture new graphs.
-        self.graphed = self.graphed_acting = None
+        self.graphed, self.graphed_acting = None, {}
         self.online.load_state_dict(state["online"])
         self.target.load_state_dict(state["target"])
         # A copy: torch's optimizer keeps the given tensors, and the state of a live agent would
@@ -286,30 +304,30 @@ def graph_input(value: NamedTuple | None) -> Any:
 
 
 class GraphedActing:
-    """The greedy action of one state as a CUDA graph: the forward pass and the argmax of a batch
-    of one are some twenty small kernels, whose launches from the host take longer than the GPU
+    """The greedy actions of a batch of states as a CUDA graph: the forward pass and the argmax of a
+    small batch are some twenty small kernels, whose launches from the host take longer than the GPU
     takes to run them, and the loop waits for each action. The graph reads the online network's
     parameters in place, so learning steps and target syncs need no new capture."""
 
     WARMUP_STEPS = 3
 
-    def __init__(self, network: torch.nn.Module, state_shape: tuple[int, ...], device: torch.device) -> None:
-        self.state = torch.zeros((1, *state_shape), dtype=torch.uint8, device=device)
+    def __init__(self, network: torch.nn.Module, batch_shape: tuple[int, ...], device: torch.device) -> None:
+        self.states = torch.zeros(batch_shape, dtype=torch.uint8, device=device)
         side = torch.cuda.Stream(device)  # warm-up beside the capture's stream, as for learning
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side), torch.no_grad():
             for _ in range(self.WARMUP_STEPS):
-                network(self.state).argmax(dim=1)
+                network(self.states).argmax(dim=1)
         torch.cuda.current_stream(device).wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
         with torch.no_grad(), torch.cuda.graph(self.graph):
-            self.action = network(self.state).argmax(dim=1)
+            self.actions = network(self.states).argmax(dim=1)
 
-    def __call__(self, state: torch.Tensor) -> int:
-        """The action of ``state`` (on the device, or in page-locked host memory)."""
-        self.state[0].copy_(state, non_blocking=True)
+    def __call__(self, states: torch.Tensor) -> np.ndarray:
+        """The actions of ``states`` (on the device, or in page-locked host memory)."""
+        self.states.copy_(states, non_blocking=True)
         self.graph.replay()
-        return int(self.action.item())
+        return self.actions.cpu().numpy()
 
 
 class Augmentation(NamedTuple):

@@ -253,7 +253,8 @@ class AtariEnv:
             max_num_frames_per_episode=max_episode_frames,
         ).unwrapped
         env.reset(seed=seed)  # seeds the emulator (and its sticky-action RNG)
-        self._ale = env.ale
+        self._machine, self._ale = env, env.ale
+        self.sticky_actions = sticky_actions
         self._actions = list(env._action_set)
         self.action_meanings: list[str] = env.get_action_meanings()
         self.n_actions = len(self._actions)
@@ -294,6 +295,14 @@ class AtariEnv:
         if self._fire is not None:
             self._repeat(self._fire)
         return self._frame()
+
+    def reseed(self, seed: int) -> None:
+        """Play the next games as ``AtariEnv(seed=seed)`` would play its first ones: the no-op starts' draws, and
+        the emulator's random numbers where it draws any (sticky actions: the game is loaded again, a fifth of a
+        second). Without sticky actions a reset leaves nothing of the games before it (tests/test_envs.py)."""
+        self._rng = np.random.default_rng(seed)
+        if self.sticky_actions:
+            self._machine.reset(seed=seed)
 
     def _grab_screen(self) -> None:
         """The current screen as both of the last two, as after a reset."""
@@ -561,6 +570,10 @@ class GymEnv:
         image = np.asarray(image)
         return (image * 255).round().astype(np.uint8) if image.dtype.kind == "f" else image.astype(np.uint8)
 
+    def reseed(self, seed: int) -> None:
+        """The next episode starts from ``seed``, as the first of ``GymEnv(env_id, seed)`` does."""
+        self._seed = seed
+
     def get_state(self) -> dict[str, Any]:
         return {}
 
@@ -669,13 +682,17 @@ class AtariGymEnv(gym.Env):
 
 
 class Player:
-    """Plays the training game (any game with reset() and step()) with the agent and pushes every step
-    into the replay memory, its reward clipped to its sign (Mnih et al. 2015) unless ``clip_rewards`` is off."""
+    """Plays a training game (any game with reset() and step()) with the agent and pushes every step
+    into the replay memory's ``stream`` (one per game of --envs), its reward clipped to its sign (Mnih et al.
+    2015) unless ``clip_rewards`` is off."""
 
-    def __init__(self, env: AtariEnv | GymEnv, memory: ReplayMemory, clip_rewards: bool = True) -> None:
+    def __init__(
+        self, env: AtariEnv | GymEnv, memory: ReplayMemory, clip_rewards: bool = True, stream: int = 0
+    ) -> None:
         self.env = env
         self.memory = memory
         self.clip_rewards = clip_rewards
+        self.stream = stream
         self.stack = FrameStack(memory.stack_depth, memory.frame_shape, memory.stack_rule)
         self.new_game()
 
@@ -690,7 +707,7 @@ class Player:
         result = self.env.step(action)
         learning_terminal = result.terminated or result.life_lost
         reward = np.sign(result.reward) if self.clip_rewards else result.reward
-        self.memory.push(self.state[-1], action, reward, learning_terminal, self.first)
+        self.memory.push(self.state[-1], action, reward, learning_terminal, self.first, self.stream)
         self.first = False
         self.episode_return += result.reward
         self.episode_length += 1
@@ -727,46 +744,131 @@ class EvaluationStopped(Exception):
         self.finished = finished
 
 
-PROGRESS_STEPS = 1000  # an evaluation's progress bar shows the current game's steps this often
+Game = tuple["AtariEnv | GymEnv", np.random.Generator]  # a game machine, and the generator its epsilon draws from
+
+
+class SerialGames:
+    """An evaluation's games played in turn on one game machine, epsilon drawn from one generator, each
+    game starting where the one before left the emulator: the scheme of ``--eval-games serial`` (the runs
+    from before --eval-envs). One game at a time: which games are played depends on the order."""
+
+    most_at_once = 1
+
+    def __init__(self, env: AtariEnv | GymEnv, rng: np.random.Generator) -> None:
+        self.env, self.rng = env, rng
+
+    def game(self, number: int) -> Game:
+        return self.env, self.rng
+
+    def position(self) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """Where the next game starts from (the emulator's and the generator's states), to go back to."""
+        return self.env.get_state(), self.rng.bit_generator.state
+
+    def go_back(self, finished: FinishedGames) -> None:
+        self.env.set_state(finished.env)
+        if finished.act_rng is not None:
+            self.rng.bit_generator.state = finished.act_rng
+
+    def done(self, env: AtariEnv | GymEnv) -> None:
+        pass
+
+
+class SeededGames:
+    """An evaluation's games each seeded from ``entropy`` and the game's number, its emulator, no-op starts and
+    epsilon draws alike: game k is the same game however many play at once (``--eval-games seeded``, with
+    ``--eval-envs``). ``make(seed, render)`` makes a game machine (rendering, for the first game's frames, with
+    ``render_first``); a machine whose game is over plays the next one, seeded again (``reseed``), as a new one
+    would: loading a game takes a fifth of a second. ``pool``: the machines, kept for later evaluations."""
+
+    most_at_once = math.inf
+
+    def __init__(
+        self,
+        make: Callable[[int, bool], AtariEnv | GymEnv],
+        entropy: list[int],
+        render_first: bool = False,
+        pool: list[AtariEnv | GymEnv] | None = None,
+    ) -> None:
+        self.make, self.entropy, self.render_first = make, entropy, render_first
+        self.pool = [] if pool is None else pool
+        self.rendering: AtariEnv | GymEnv | None = None  # the first game's machine, made to render: not kept
+
+    def game(self, number: int) -> Game:
+        seed = int(np.random.SeedSequence([*self.entropy, number]).generate_state(1)[0])
+        if number == 0 and self.render_first:
+            env = self.rendering = self.make(seed, True)
+        elif self.pool:
+            env = self.pool.pop()
+            env.reseed(seed)
+        else:
+            env = self.make(seed, False)
+        return env, np.random.default_rng(seed)
+
+    def position(self) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        return None, None  # a game is played again from its seed
+
+    def go_back(self, finished: FinishedGames) -> None:
+        pass
+
+    def done(self, env: AtariEnv | GymEnv) -> None:
+        """``env``'s game is over: it may play another."""
+        if env is not self.rendering:
+            self.pool.append(env)
+
+
+class Lane:
+    """One game of an evaluation in play."""
+
+    def __init__(self, number: int, game: Game, stack_rule: StackRule, before: tuple[Any, Any]) -> None:
+        self.number, (self.env, self.rng), self.before = number, game, before
+        self.stack = FrameStack(self.env.stack_depth, self.env.frame_shape, stack_rule)
+        self.score, self.steps = 0.0, 0
+        self.stack.reset(self.env.reset())
+
+
+PROGRESS_STEPS = 1000  # an evaluation's progress bar shows the oldest game's steps this often
 
 
 def evaluate(
-    act: Callable[[np.ndarray, float], int],
-    env: AtariEnv | GymEnv,
+    act: Callable[[np.ndarray, float, list[np.random.Generator]], np.ndarray],
+    games: SerialGames | SeededGames,
     episodes: int,
     epsilon: float,
+    at_once: int = 1,
     frame_dir: Path | None = None,
     stopped: Callable[[], bool] = lambda: False,
     stack_rule: StackRule = NATURE_STACKS,
     show_progress: bool = False,
-    act_rng: np.random.Generator | None = None,
     finished: FinishedGames | None = None,
 ) -> EvalResult:
-    """Play whole games with ``act(state, epsilon)`` and return their raw scores.
+    """Play ``episodes`` whole games of ``games``, up to ``at_once`` at a time, with
+    ``act(states, epsilon, rngs)`` (a batch of states, one generator per game: ``Agent.act_all``), and
+    return their raw scores, in the games' order.
 
-    With ``frame_dir``, the first episode's colour frames are written there as
-    000000.png, 000001.png, ...; the folder appears only once it is complete.
-    ``stopped`` is asked before every step: once it says yes, raises EvaluationStopped (100
-    games can take many minutes, and a partial mean must never pass for a score) with the games
-    finished so far, the game's state and that of ``act_rng`` (the generator ``act`` draws from)
-    before the next one. Given back as ``finished``, they are not played again: the evaluation
-    goes on as it would have (EmulatorStateError when the game's state cannot be restored).
-    ``show_progress``: a progress bar of the games played, with the current game's steps
-    (redrawn every PROGRESS_STEPS steps, so that it costs the games nothing).
+    With ``frame_dir``, game 0's colour frames are written there as 000000.png, 000001.png, ...; the
+    folder appears only once it is complete. ``stopped`` is asked before every round of steps: once it
+    says yes, raises EvaluationStopped (100 games can take many minutes, and a partial mean must never
+    pass for a score) with the games finished so far and, for ``SerialGames``, where the first
+    unfinished one starts. Given back as ``finished``, they are not played again: the evaluation goes
+    on as it would have (EmulatorStateError when a serial game's state cannot be restored).
+    ``show_progress``: a progress bar of the games played, with the oldest game's steps (redrawn every
+    PROGRESS_STEPS steps, so that it costs the games nothing).
     """
-    scores: list[float] = []
+    at_once = int(min(at_once, games.most_at_once))
+    scores: dict[int, float] = {}
     steps, earlier_seconds = 0, 0.0
     if finished is not None:
-        env.set_state(finished.env)
-        if act_rng is not None and finished.act_rng is not None:
-            act_rng.bit_generator.state = finished.act_rng
-        scores, steps, earlier_seconds = list(finished.scores), finished.steps, finished.seconds
+        games.go_back(finished)
+        numbers = finished.numbers if finished.numbers is not None else range(len(finished.scores))
+        scores = dict(zip(numbers, finished.scores, strict=True))
+        steps, earlier_seconds = finished.steps, finished.seconds
     start = time.perf_counter()
-    stack = FrameStack(env.stack_depth, env.frame_shape, stack_rule)
-    partial = frame_dir.with_name(frame_dir.name + ".partial") if frame_dir and not scores else None
+    waiting = iter([number for number in range(episodes) if number not in scores])
+    partial = frame_dir.with_name(frame_dir.name + ".partial") if frame_dir and 0 not in scores else None
     if partial:
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
+    playing: list[Lane] = []
     with tqdm(
         total=episodes,
         initial=len(scores),
@@ -776,39 +878,49 @@ def evaluate(
         disable=not show_progress,
         mininterval=1.0,
     ) as bar:
-        for episode in range(len(scores), episodes):
-            before_game = (  # a stop in this game keeps the games before it, and these
-                steps,
-                earlier_seconds + time.perf_counter() - start,
-                env.get_state(),
-                act_rng.bit_generator.state if act_rng is not None else None,
-            )
-            state = stack.reset(env.reset())
-            game_steps = 0
-            render = partial is not None and episode == 0
-            frame_index = 0
-            if render:
-                Image.fromarray(env.rgb()).save(partial / f"{frame_index:06d}.png")
-            score, done = 0.0, False
-            while not done:
-                if stopped():
-                    if render:
-                        shutil.rmtree(partial, ignore_errors=True)
-                    raise EvaluationStopped(FinishedGames(scores, *before_game))
-                result = env.step(act(state, epsilon))
-                state = stack.advance(result)
-                score += result.reward
-                steps += 1
-                game_steps += 1
-                if game_steps % PROGRESS_STEPS == 0:
-                    bar.set_postfix_str(f"game {episode + 1}: {game_steps:,} steps")  # (a long game shows it moving)
-                done = result.terminated or result.truncated
-                if render:
-                    frame_index += 1
-                    Image.fromarray(env.rgb()).save(partial / f"{frame_index:06d}.png")
-            scores.append(score)
-            if render:  # the first game's frames are complete
-                shutil.rmtree(frame_dir, ignore_errors=True)
-                partial.rename(frame_dir)
-            bar.update()
-    return EvalResult(scores, steps, earlier_seconds + time.perf_counter() - start)
+        while True:
+            while len(playing) < at_once and (number := next(waiting, None)) is not None:
+                before = games.position()  # a stop in this game keeps the games before it, and this
+                playing.append(Lane(number, games.game(number), stack_rule, before))
+                if partial and number == 0:
+                    Image.fromarray(playing[-1].env.rgb()).save(partial / f"{0:06d}.png")
+            if not playing:
+                break
+            if stopped():
+                if partial:
+                    shutil.rmtree(partial, ignore_errors=True)
+                numbers = sorted(scores)
+                env, act_rng = playing[0].before  # the serial scheme's one game
+                raise EvaluationStopped(
+                    FinishedGames(
+                        [scores[n] for n in numbers],
+                        steps,
+                        earlier_seconds + time.perf_counter() - start,
+                        env,
+                        act_rng,
+                        numbers,
+                    )
+                )
+            actions = act(np.stack([lane.stack.frames for lane in playing]), epsilon, [lane.rng for lane in playing])
+            for lane, action in zip(list(playing), actions, strict=True):
+                result = lane.env.step(int(action))
+                lane.stack.advance(result)
+                lane.score += result.reward
+                lane.steps += 1
+                if partial and lane.number == 0:
+                    Image.fromarray(lane.env.rgb()).save(partial / f"{lane.steps:06d}.png")
+                if result.terminated or result.truncated:
+                    scores[lane.number] = lane.score
+                    steps += lane.steps
+                    playing.remove(lane)
+                    games.done(lane.env)
+                    bar.update()
+                    if partial and lane.number == 0:  # game 0's frames are complete
+                        shutil.rmtree(frame_dir, ignore_errors=True)
+                        partial.rename(frame_dir)
+                        partial = None
+            if playing and playing[0].steps % PROGRESS_STEPS == 0:
+                bar.set_postfix_str(f"game {playing[0].number + 1}: {playing[0].steps:,} steps")
+    return EvalResult(
+        [scores[number] for number in range(episodes)], steps, earlier_seconds + time.perf_counter() - start
+    )

@@ -559,6 +559,9 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         ) from None
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path} is not a checkpoint of this program (format {CHECKPOINT_FORMAT})")
+    if "player" in payload:  # before --envs: the one training game's state
+        player = payload.pop("player")
+        payload["players"] = None if player is None else [player]
     parts = {"config": dict, "run": dict, "agent": dict}
     broken = sorted(name for name, kind in parts.items() if not isinstance(payload.get(name), kind))
     if not broken and not is_count(payload["run"].get("step")):
@@ -572,10 +575,10 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
 def damaged_parts(payload: dict[str, Any]) -> list[str]:
     """The parts of a loaded checkpoint that a run could not use, checked before any of it is (a resume
     renames nothing for a checkpoint it refuses): the configuration's values (flags' values, none nested), the
-    run's counters, a stopped evaluation's games and generator state, the player's state, the agent's
+    run's counters, a stopped evaluation's games and generator state, the training games' states, the agent's
     generator and torch's RNG state, where the checkpoint has them (a playback needs only the network). The
     network's tensors are checked when loaded into the run's network."""
-    config, run, player = payload["config"], payload["run"], payload.get("player")
+    config, run, players = payload["config"], payload["run"], payload.get("players")
     broken = [f"config's {name!r}" for name, value in config.items() if not isinstance(name, str) or not is_flag(value)]
     counters = {field.name: field.default for field in dataclasses.fields(Progress)}
     for name, value in run.items():
@@ -590,16 +593,8 @@ def damaged_parts(payload: dict[str, Any]) -> list[str]:
             whole = isinstance(default, float) and is_real(value)
         if not whole:
             broken.append(f"run's {name!r}")
-    if player is not None and not (
-        isinstance(player, dict)
-        and isinstance(player.get("env"), dict)
-        and isinstance(player.get("stack"), torch.Tensor)
-        and player["stack"].dtype == torch.uint8
-        and isinstance(player.get("first"), bool)
-        and is_real(player.get("episode_return"))
-        and is_count(player.get("episode_length", 0))
-    ):
-        broken.append("player")
+    if players is not None and not (isinstance(players, list) and all(map(player_whole, players))):
+        broken.append("players")
     if "rng" in payload["agent"] and not generator_state_whole(payload["agent"]["rng"]):
         broken.append("agent's generator")
     rng = payload.get("torch_rng", torch.get_rng_state())
@@ -611,17 +606,42 @@ def damaged_parts(payload: dict[str, Any]) -> list[str]:
     return broken
 
 
-def finished_games_whole(games: Any) -> bool:
-    """Whether ``games`` is a ``FinishedGames`` as a checkpoint holds it (a dict of its fields)."""
+def player_whole(player: Any) -> bool:
+    """Whether ``player`` is a training game's ``Player.state_dict()`` as a checkpoint holds it."""
     return (
-        isinstance(games, dict)
-        and set(games) == set(FinishedGames._fields)
+        isinstance(player, dict)
+        and isinstance(player.get("env"), dict)
+        and isinstance(player.get("stack"), torch.Tensor)
+        and player["stack"].dtype == torch.uint8
+        and isinstance(player.get("first"), bool)
+        and is_real(player.get("episode_return"))
+        and is_count(player.get("episode_length", 0))
+    )
+
+
+def finished_games_whole(games: Any) -> bool:
+    """Whether ``games`` is a ``FinishedGames`` as a checkpoint holds it (a dict of its fields; ``numbers``
+    absent from older checkpoints): a serial evaluation's with the game's state, a seeded one's with the numbers
+    of the games it finished."""
+    if not (
+        isinstance(games, dict) and set(FinishedGames._fields) - {"numbers"} <= set(games) <= set(FinishedGames._fields)
+    ):
+        return False
+    numbers = games.get("numbers")
+    if numbers is None:
+        where = isinstance(games["env"], dict) and (games["act_rng"] is None or generator_state_whole(games["act_rng"]))
+    else:
+        where = (
+            isinstance(numbers, list)
+            and all(is_count(number) for number in numbers)
+            and len(set(numbers)) == len(numbers) == len(games["scores"])
+        )
+    return (
+        where
         and isinstance(games["scores"], list)
         and all(is_real(score) for score in games["scores"])
         and is_count(games["steps"])
         and is_real(games["seconds"])
-        and isinstance(games["env"], dict)
-        and (games["act_rng"] is None or generator_state_whole(games["act_rng"]))
     )
 
 

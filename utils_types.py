@@ -60,8 +60,9 @@ class FinishedGames(NamedTuple):
     scores: list[float]  # the raw scores of the games it finished
     steps: int  # their agent steps
     seconds: float  # their time
-    env: dict[str, Any]  # the game's ``get_state()`` before the next game's reset
-    act_rng: dict[str, Any] | None  # the acting generator's ``bit_generator.state`` then
+    env: dict[str, Any] | None  # serial games: the game's ``get_state()`` before the next game's reset
+    act_rng: dict[str, Any] | None  # serial games: the acting generator's ``bit_generator.state`` then
+    numbers: list[int] | None = None  # seeded games: the finished games' numbers (None: the first ones)
 
 
 @dataclass

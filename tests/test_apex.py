@@ -126,7 +126,7 @@ def test_apex_run_writes_the_usual_outputs_holds_the_replay_ratio_and_resumes(tm
     assert [line[:2] for line in rewards(run)] == [(0, 0), (1, 300), (2, 600)]
     games(run, "model_002.pt")
     checkpoint = load_checkpoint(run / "model_002.pt")
-    assert checkpoint["player"] is None and checkpoint["config"]["actors"] == 2
+    assert checkpoint["players"] is None and checkpoint["config"]["actors"] == 2
     assert pools[0].restarts == 0
 
     summary = main.train(*utils_config.parse_config(["--resume", str(run), "--steps", "800", "--save-memory"]))

@@ -218,16 +218,20 @@ def test_the_graphed_action_follows_the_learning_weights():
         with torch.no_grad():  # one state at a time, as the graph has it: the same kernels
             expected = [int(agent.online(torch.from_numpy(state[None]).cuda()).argmax()) for state in states]
         assert [agent.act(state, 0.0) for state in states] == expected
+        for size in (3, 8):  # a graph per batch size, as --envs and --eval-envs ask
+            with torch.no_grad():
+                batch = agent.online(torch.from_numpy(states[:size]).cuda()).argmax(dim=1).tolist()
+            assert agent.act_all(states[:size], 0.0).tolist() == batch
 
     assert_acts_as_eager()
-    assert agent.graphed_acting is not None
+    assert agent.graphed_acting
     for step in range(8):
         agent.learn(random_batch(rng, "cuda"))
         if step == 4:
             agent.sync_target()
         assert_acts_as_eager()
     agent.load_state_dict(other.state_dict())
-    assert agent.graphed_acting is None
+    assert not agent.graphed_acting
     assert_acts_as_eager()
 
 
@@ -244,10 +248,11 @@ GPU_TINY = [
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("prioritized", [False, True], ids=["uniform", "prioritized"])
+@pytest.mark.parametrize("prioritized", [False, True], ids=["uniform", "prioritized-3-games"])
 def test_training_loop_on_the_gpu_with_either_memory(tmp_path, prioritized):
-    """The loop end to end on CUDA, with its evaluations and checkpoints, frames on the GPU and in host RAM."""
-    extra = ["--prioritized"] if prioritized else []
+    """The loop end to end on CUDA, with its evaluations and checkpoints, frames on the GPU and in host RAM; the
+    prioritized memory with three games at once, in three streams."""
+    extra = ["--prioritized", "--envs", "3", "--eps-start", "0.5"] if prioritized else []
     for where in ("device", "host"):
         run = tmp_path / where
         done = run_main_on(*GPU_TINY, *extra, "--steps", "600", "--device", "cuda", "--memory-device", where,

@@ -5,7 +5,16 @@ import numpy as np
 import pytest
 
 from dqn_atari.utils_config import parse_config
-from dqn_atari.utils_env import FRAME_SIZE, AtariEnv, EvaluationStopped, Player, evaluate, make_gym_env, resolve_env_id
+from dqn_atari.utils_env import (
+    FRAME_SIZE,
+    AtariEnv,
+    EvaluationStopped,
+    Player,
+    SerialGames,
+    evaluate,
+    make_gym_env,
+    resolve_env_id,
+)
 from dqn_atari.utils_memory import ReplayMemory
 from dqn_atari.utils_types import NATURE_STACKS, StackRule, StepResult
 
@@ -122,7 +131,9 @@ def test_training_and_evaluation_see_identical_states(rule):
         return actions[len(seen_in_evaluation) - 1]
 
     env_kwargs = {"env_id": "ALE/Breakout-v5", "seed": 5, "max_episode_frames": 1200}
-    result = evaluate(replay_actions, AtariEnv(**env_kwargs), episodes=1, epsilon=0.0, stack_rule=rule)
+    result = evaluate(
+        one_by_one(replay_actions), serial(AtariEnv(**env_kwargs)), episodes=1, epsilon=0.0, stack_rule=rule
+    )
     n = result.steps
     assert 50 < n < 400
 
@@ -214,11 +225,11 @@ def test_lost_lives_need_not_be_terminal_and_the_full_action_space():
 def test_an_evaluation_shows_its_games_and_the_current_games_steps(capsys):
     """A game without a serve runs to the frame limit: the bar says how far the game has got."""
     env = AtariEnv("ALE/Breakout-v5", seed=0, fire_reset=False, max_episode_frames=4400)
-    result = evaluate(lambda state, epsilon: 0, env, episodes=1, epsilon=0.0, show_progress=True)
+    result = evaluate(one_by_one(lambda state, epsilon: 0), serial(env), episodes=1, epsilon=0.0, show_progress=True)
     assert result.steps > 1000
     shown = capsys.readouterr().err
     assert "evaluating" in shown and "game 1: 1,000 steps" in shown
-    evaluate(lambda state, epsilon: 0, env, episodes=1, epsilon=0.0)
+    evaluate(one_by_one(lambda state, epsilon: 0), serial(env), episodes=1, epsilon=0.0)
     assert capsys.readouterr().err == ""  # off unless asked for (playback prints each game instead)
 
 
@@ -233,26 +244,36 @@ def test_a_stopped_evaluation_goes_on_from_its_finished_games_as_if_never_stoppe
         rng = np.random.default_rng(seed)
         acts = []
 
-        def act(state, epsilon):
-            acts.append(int(rng.integers(env.n_actions)))
-            return acts[-1]
+        def act(states, epsilon, rngs):
+            acts.append(int(rngs[0].integers(env.n_actions)))
+            return [acts[-1]]
 
-        return env, rng, act, acts
+        return SerialGames(env, rng), rng, act, acts
 
-    env, rng, act, acts = setup(3)
-    straight = evaluate(act, env, episodes=5, epsilon=1.0, act_rng=rng)
+    games, rng, act, acts = setup(3)
+    straight = evaluate(act, games, episodes=5, epsilon=1.0)
     drawn_after = rng.bit_generator.state
     assert len(set(straight.scores)) > 1  # random play: games that differ
-    env, rng, act, first_acts = setup(3)
+    games, rng, act, first_acts = setup(3)
     with pytest.raises(EvaluationStopped) as stop:
-        evaluate(act, env, episodes=5, epsilon=1.0, act_rng=rng, stopped=lambda: len(first_acts) == straight.steps // 2)
+        evaluate(act, games, episodes=5, epsilon=1.0, stopped=lambda: len(first_acts) == straight.steps // 2)
     finished = stop.value.finished
     assert 1 <= len(finished.scores) < 5 and finished.scores == straight.scores[: len(finished.scores)]
-    env, rng, act, later_acts = setup(99)
-    resumed = evaluate(act, env, episodes=5, epsilon=1.0, act_rng=rng, finished=finished)
+    games, rng, act, later_acts = setup(99)
+    resumed = evaluate(act, games, episodes=5, epsilon=1.0, finished=finished)
     assert resumed.scores == straight.scores and resumed.steps == straight.steps
     assert later_acts == acts[finished.steps :]  # the finished games are not played again
     assert rng.bit_generator.state == drawn_after
+
+
+def one_by_one(act):
+    """``evaluate``'s act (a batch of states, a generator per game) from one that acts on one state."""
+    return lambda states, epsilon, rngs: [act(state, epsilon) for state in states]
+
+
+def serial(env):
+    """``env``'s games in turn, as ``evaluate`` plays them."""
+    return SerialGames(env, np.random.default_rng(0))
 
 
 class ScoringEnv:

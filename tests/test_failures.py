@@ -358,7 +358,7 @@ def test_a_saved_memory_is_used_only_when_it_belongs_to_the_checkpoint(tmp_path,
     empty["memory"] = {k: v[:0] if torch.is_tensor(v) else v for k, v in empty["memory"].items()}
     empty["memory"]["sizes"] = empty["memory"]["cursors"] = torch.zeros(1, dtype=torch.int64)
     torch.save(empty, memory)
-    assert not load_newest_checkpoint(run)[1]["player"]["first"]  # mid-game: an empty memory cannot go on
+    assert not load_newest_checkpoint(run)[1]["players"][0]["first"]  # mid-game: an empty memory cannot go on
     assert main.main(["--resume", str(run), "--steps", "320", "--save-memory"]) == 0
     assert f"{memory} is empty, but the checkpoint is in the middle of a game" in capsys.readouterr().out
     assert torch.load(memory, weights_only=True)["step"] == 320
@@ -430,10 +430,10 @@ def stop_during_evaluation(monkeypatch, evaluation: int, signum: int = signal.SI
             return real(act, *rest, **options)
         acted = itertools.count()
 
-        def act_then_stop(state, epsilon):
+        def act_then_stop(states, epsilon, rngs):
             if next(acted) == steps:
                 os.kill(os.getpid(), signum)
-            return act(state, epsilon)
+            return act(states, epsilon, rngs)
 
         return real(act_then_stop, *rest, **options)
 
@@ -446,10 +446,11 @@ def scores(run: Path) -> list[list[str]]:
 
 
 def test_ctrl_c_during_an_evaluation_writes_no_score_and_a_resume_goes_on_from_its_game(tmp_path, monkeypatch, capsys):
-    """Stopped in line 0's evaluation, in one at --eval-every and in the final one, each in its second
-    game or later: no partial line, the first game's frames kept, and the run finished afterwards is the
+    """Stopped in line 0's evaluation, in one at --eval-every and in the final one, each with two of its games
+    done (two at a time): no partial line, the first game's frames kept, and the run finished afterwards is the
     uninterrupted one, line for line and weight for weight, without playing the finished games again."""
-    common = [*TINY, "--max-episode-frames", "400", "--eval-episodes", "4", "--steps", "300", "--eval-every", "200"]
+    common = [*TINY, "--max-episode-frames", "400", "--eval-episodes", "4", "--eval-envs", "2"]
+    common += ["--steps", "300", "--eval-every", "200"]
     common += ["--save-memory"]
     assert main.main([*common, "--out", str(tmp_path / "straight")]) == 0
     straight = load_checkpoint(tmp_path / "straight" / "model_002.pt")
@@ -469,7 +470,7 @@ def test_ctrl_c_during_an_evaluation_writes_no_score_and_a_resume_goes_on_from_i
         with monkeypatch.context() as patch:
             played = count_games(patch)
             assert main.main(["--resume", str(run), "--steps", "300"]) == 0
-        assert f"its evaluation first, from game {len(finished) + 1})" in capsys.readouterr().out
+        assert f"its evaluation first, {len(finished)} of its 4 games done)" in capsys.readouterr().out
         assert played[0] == 4 - len(finished) + 4 * (2 - evaluation)  # the rest of this evaluation, the later ones
         assert scores(run) == scores(tmp_path / "straight")
         finished = load_checkpoint(run / "model_002.pt")
@@ -482,9 +483,9 @@ def test_a_stopped_evaluation_resumed_with_fewer_games_than_it_finished_starts_a
     """--eval-episodes may change on resume: an evaluation that had finished more games than the new count plays
     the new count from its first game (the same games: each evaluation's are seeded by the run's seed and its index)."""
     run = tmp_path / "run"
-    common = [*TINY, "--max-episode-frames", "400", "--steps", "200", "--eval-every", "200"]
+    common = [*TINY, "--max-episode-frames", "400", "--steps", "200", "--eval-every", "200", "--eval-envs", "2"]
     with monkeypatch.context() as patch:  # a game is at most 100 steps (400 frames): 2 games or more are done
-        stop_during_evaluation(patch, 1, steps=210)
+        stop_during_evaluation(patch, 1, steps=110)
         assert main.main([*common, "--eval-episodes", "4", "--out", str(run)]) == 130
     assert len(load_checkpoint(run / "model_interrupted.pt")["run"]["evaluation_games"]["scores"]) >= 2
     capsys.readouterr()
@@ -509,15 +510,15 @@ def count_games(monkeypatch) -> list[int]:
     """A one-item list counting the games ``main``'s evaluations play from now on."""
     played, real = [0], main.evaluate
 
-    def evaluate(act, env, *rest, **options):
-        real_reset = env.reset
+    def evaluate(act, games, *rest, **options):
+        real_game = games.game
 
-        def reset():
+        def game(number):
             played[0] += 1
-            return real_reset()
+            return real_game(number)
 
-        env.reset = reset
-        return real(act, env, *rest, **options)
+        games.game = game
+        return real(act, games, *rest, **options)
 
     monkeypatch.setattr(main, "evaluate", evaluate)
     return played
@@ -903,13 +904,13 @@ def test_nothing_in_a_run_folder_is_ever_unpickled(tmp_path):
     assert main.main([*TINY, "--steps", "120", "--eval-every", "120", "--render", "--out", str(run)]) == 0
     marker = tmp_path / "the command ran"
     checkpoint = torch.load(run / "model_001.pt", weights_only=True)
-    checkpoint["player"]["env"]["ale"] = __import__("pickle").dumps(RunsCode(f"touch '{marker}'"))
+    checkpoint["players"][0]["env"]["ale"] = __import__("pickle").dumps(RunsCode(f"touch '{marker}'"))
     torch.save(checkpoint, run / "model_001.pt")
-    assert load_checkpoint(run / "model_001.pt")["player"]["env"]["ale"].startswith(b"\x80")  # it loads as bytes
+    assert load_checkpoint(run / "model_001.pt")["players"][0]["env"]["ale"].startswith(b"\x80")  # it loads as bytes
 
     resumed = run_main("--resume", str(run), "--steps", "160")
     assert resumed.returncode == 0, resumed.stderr
-    assert "Note: the checkpoint's game cannot be continued, its emulator state is not an emulator state" in (
+    assert "Note: the checkpoint's games cannot be continued, their emulator state is not an emulator state" in (
         resumed.stdout
     )
     assert main.main(["--evaluate", str(run / "model_001.pt"), "--eval-episodes", "1"]) == 0
@@ -922,7 +923,7 @@ def test_nothing_in_a_run_folder_is_ever_unpickled(tmp_path):
     assert video.main([str(run / "eval_000"), "--output", str(tmp_path / "game.gif")]) == 0
     assert not marker.exists()
     # The same bytes, if they were unpickled, would have run the command.
-    __import__("pickle").loads(checkpoint["player"]["env"]["ale"])
+    __import__("pickle").loads(checkpoint["players"][0]["env"]["ale"])
     assert marker.exists()
 
 
@@ -982,8 +983,12 @@ def save_with_nested_config(path: Path, payload: dict, key: str, depth: int) -> 
         (lambda c: c["run"].update(evaluations="2"), "run's 'evaluations'"),
         (lambda c: c["run"].update(evaluation_due=1), "run's 'evaluation_due'"),
         (lambda c: c["run"].update(epsilon=0.5), "run's 'epsilon'"),
-        (lambda c: c["player"].update(first="yes"), "player"),
-        (lambda c: c["player"].update(stack=[[0]]), "player"),
+        (lambda c: c["players"][0].update(first="yes"), "players"),
+        (lambda c: c["players"][0].update(stack=[[0]]), "players"),
+        (lambda c: c.update(players={"first": True}), "players"),
+        (lambda c: c["run"].update(evaluation_due=True, evaluation_games={"scores": [1.0, 2.0], "steps": 5,
+                                   "seconds": 1.0, "env": None, "act_rng": None, "numbers": [3, 3]}),
+         "run's 'evaluation_games'"),
         (lambda c: c.update(torch_rng=torch.zeros(10, dtype=torch.uint8)), "torch RNG state"),
         (lambda c: c["agent"].update(rng={"bit_generator": "MT19937"}), "agent's generator"),
         (lambda c: c.update(rewards_line="  2      240 1.0\nrm -rf ~\n"), "rewards line"),
@@ -1027,10 +1032,10 @@ def test_a_checkpoint_whose_agent_or_game_does_not_fit_the_run(small_run, tmp_pa
 
     run = copy_run(small_run, tmp_path / "player")
     checkpoint = torch.load(run / "model_002.pt", weights_only=True)
-    checkpoint["player"]["stack"] = torch.zeros((4, 42, 42), dtype=torch.uint8)
+    checkpoint["players"][0]["stack"] = torch.zeros((4, 42, 42), dtype=torch.uint8)
     torch.save(checkpoint, run / "model_002.pt")
     assert main.main(["--resume", str(run), "--steps", "250"]) == 0
-    assert "Note: the checkpoint's game cannot be continued, its frame stack is not one of this game's" in (
+    assert "Note: the checkpoint's games cannot be continued, their frame stacks are not this game's" in (
         capsys.readouterr().out
     )
 

@@ -154,21 +154,26 @@ def test_our_atari_env_through_the_generic_path_plays_the_built_in_games(tmp_pat
     assert first_evaluation[0] == first_evaluation[1]
 
 
-def test_a_stopped_evaluation_of_a_gymnasium_env_is_played_again_whole(tmp_path, capsys):
-    """A gymnasium environment's state cannot be saved: the evaluation a stop cut short starts again
-    from its first game (with a note), to the scores of one never stopped."""
-    args, _ = parse_config([*MINATAR_RUN, "--eval-episodes", "4", "--out", str(tmp_path)])
+@pytest.mark.parametrize("scheme", ["seeded", "serial"])
+def test_a_stopped_evaluation_of_a_gymnasium_env_goes_on_or_is_played_again_whole(tmp_path, capsys, scheme):
+    """Seeded evaluation games each start from their seed: a stopped evaluation goes on from its finished games.
+    Serial ones go on from where the last left the environment, whose state cannot be saved: the evaluation
+    starts again from its first game (with a note). Either way, to the scores of one never stopped."""
+    argv = [*MINATAR_RUN, "--eval-episodes", "4", "--eval-games", scheme, "--out", str(tmp_path)]
+    args, _ = parse_config([*argv, "--eval-envs", "2" if scheme == "seeded" else "1"])
     env = main.make_env(args, args.seed)
     agent = Agent(env.n_actions, torch.device("cpu"), seed=args.seed, **main.agent_options(args, env))
-    whole = main.run_evaluation(args, agent, 0, tmp_path, lambda: False)
-    steps = itertools.count()
+    rule = main.stack_rule(args, env)
+    whole = main.run_evaluation(args, agent, 0, tmp_path, lambda: False, rule)
+    rounds, half_way = itertools.count(), whole.steps // args.eval_envs // 2  # the untrained agent's games are alike
     with pytest.raises(EvaluationStopped) as stop:
-        main.run_evaluation(args, agent, 0, tmp_path, lambda: next(steps) == whole.steps - 1)
+        main.run_evaluation(args, agent, 0, tmp_path, lambda: next(rounds) == half_way, rule)
     finished = stop.value.finished
-    assert finished.scores and finished.env == {}
-    again = main.run_evaluation(args, agent, 0, tmp_path, lambda: False, finished)
+    assert 1 <= len(finished.scores) < 4 and (finished.env is None) == (scheme == "seeded")
+    again = main.run_evaluation(args, agent, 0, tmp_path, lambda: False, rule, finished)
     assert (again.scores, again.steps) == (whole.scores, whole.steps)
-    assert f"cannot go on after its {len(finished.scores)} finished games" in capsys.readouterr().out
+    restarted = f"cannot go on after its {len(finished.scores)} finished games" in capsys.readouterr().out
+    assert restarted == (scheme == "serial")
 
 
 PLANTED_MODULE = """

@@ -1,0 +1,181 @@
+"""Many games at once: --envs N training games in the replay memory's streams, and evaluations of --eval-envs
+games at a time whose games do not depend on how many play at once."""
+
+import functools
+import signal
+
+import numpy as np
+import pytest
+import torch
+
+from dqn_atari import main
+from dqn_atari.utils_config import parse_config, saved_options
+from dqn_atari.utils_drl import Agent
+from dqn_atari.utils_env import AtariEnv, EvaluationStopped, Player, SeededGames, evaluate
+from dqn_atari.utils_memory import ReplayMemory
+from dqn_atari.utils_run import load_checkpoint, read_episodes
+
+TINY = [
+    "--env", "Breakout", "--learning-starts", "100", "--memory-size", "1200", "--eval-episodes", "2",
+    "--max-episode-frames", "2000", "--target-every", "50", "--threads", "1",
+]  # fmt: skip
+
+
+def short_games(seed: int, render: bool = False, sticky_actions: float = 0.0) -> AtariEnv:
+    return AtariEnv("ALE/Breakout-v5", seed, sticky_actions, max_episode_frames=600)
+
+
+def test_act_all_draws_as_act_does_one_game_after_another():
+    """One game: ``act_all`` is ``act``, draw for draw. Several: game i explores with its own generator, and the
+    greedy games get the actions of their states' Q-values."""
+    states = np.random.default_rng(0).integers(0, 256, (6, 4, 84, 84), dtype=np.uint8)
+    one, batched = Agent(4, seed=5), Agent(4, seed=5)
+    for epsilon in (1.0, 0.5, 0.0):
+        assert [one.act(state, epsilon) for state in states] == [
+            int(batched.act_all(state[None], epsilon)[0]) for state in states
+        ]
+    assert one.rng.bit_generator.state == batched.rng.bit_generator.state
+    rngs = [np.random.default_rng(seed) for seed in range(6)]
+    alone = [one.act(state, 0.5, np.random.default_rng(seed)) for seed, state in enumerate(states)]
+    assert batched.act_all(states, 0.5, rngs).tolist() == alone
+    with torch.no_grad():
+        greedy = one.online(torch.from_numpy(states)).argmax(dim=1).tolist()
+    assert batched.act_all(states, 0.0).tolist() == greedy
+
+
+@pytest.mark.parametrize("sticky_actions", [0.0, 0.25])
+def test_seeded_evaluation_games_are_the_same_however_many_play_at_once(sticky_actions):
+    """Game k is seeded by (entropy, k): its emulator, no-op starts and epsilon draws. One at a time, three, or all
+    five at once play the same games, on machines that played other games before (seeded again) as on new ones."""
+    agent = Agent(4, seed=1)
+
+    def games(reuse: bool) -> SeededGames:
+        seeded = SeededGames(functools.partial(short_games, sticky_actions=sticky_actions), [7, 0, 1])
+        if not reuse:
+            seeded.done = lambda env: None  # every game on a new machine
+        return seeded
+
+    new = evaluate(agent.act_all, games(reuse=False), 5, 0.3, 1)
+    assert len(set(new.scores)) > 1  # games that differ
+    for at_once in (1, 3, 5):
+        played = evaluate(agent.act_all, games(reuse=True), 5, 0.3, at_once)
+        assert (played.scores, played.steps) == (new.scores, new.steps), at_once
+
+
+def test_a_stopped_seeded_evaluation_goes_on_with_another_number_at_once():
+    """Stopped with three games at a time, the finished games (not a prefix of the order) are kept and the others
+    are played from their seeds again, one at a time: the scores of an evaluation never stopped."""
+    agent = Agent(4, seed=1)
+    games = SeededGames(short_games, [7, 0, 1])
+    straight = evaluate(agent.act_all, games, 5, 0.3, 5)
+    rounds = iter(range(10**6))
+    with pytest.raises(EvaluationStopped) as stop:
+        evaluate(agent.act_all, games, 5, 0.3, 3, stopped=lambda: next(rounds) == straight.steps // 5)
+    finished = stop.value.finished
+    assert 1 <= len(finished.scores) < 5 and finished.env is None
+    assert finished.scores == [straight.scores[number] for number in finished.numbers]
+    resumed = evaluate(agent.act_all, games, 5, 0.3, 1, finished=finished)
+    assert (resumed.scores, resumed.steps) == (straight.scores, straight.steps)
+
+
+def test_each_training_game_fills_its_own_stream_as_if_it_were_alone():
+    """Three players pushing their steps in turn into one memory of three streams store exactly what three
+    players would, each alone in a memory of one stripe's size: stacks and windows never cross games."""
+    stripe, steps = 300, 500  # the stripes wrap around
+    shared = ReplayMemory(3 * stripe, streams=3, n_step=3)
+    players = [Player(short_games(seed), shared, stream=seed) for seed in range(3)]
+    alone = [ReplayMemory(stripe, n_step=3) for _ in range(3)]
+    solo = [Player(short_games(seed), memory) for seed, memory in enumerate(alone)]
+    actions = np.random.default_rng(0).integers(4, size=(steps, 3))
+    for row in actions:
+        for game, action in enumerate(row):
+            players[game].step(int(action))
+            solo[game].step(int(action))
+    for game, memory in enumerate(alone):
+        assert shared.sizes[game] == memory.sizes[0] and shared.cursors[game] == memory.cursors[0]
+        for name in ("frames", "actions", "rewards", "dones", "starts"):
+            part = getattr(shared, name)[game * stripe : (game + 1) * stripe]
+            np.testing.assert_array_equal(np.asarray(part), np.asarray(getattr(memory, name)), err_msg=name)
+
+
+def stop_at(monkeypatch, step: int) -> None:
+    """Ctrl-C (a real SIGINT to this process) as the training loop counts ``step``."""
+    real = main.Trainer.step_done
+
+    def step_done(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        if self.progress.step == step:
+            signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(main.Trainer, "step_done", step_done)
+
+
+@pytest.mark.parametrize("memory", [[], ["--prioritized"]], ids=["uniform", "prioritized"])
+def test_training_games_at_once_resume_exactly_from_a_stop_inside_a_round(tmp_path, monkeypatch, memory):
+    """--envs 3: a Ctrl-C at step 200, inside a round, stops at the round's end (step 201); with --save-memory the
+    resumed run is the one that never stopped, weight for weight and game for game, with either memory."""
+    common = [*TINY, *memory, "--envs", "3", "--eval-every", "150", "--save-memory", "--seed", "3"]
+    common += ["--max-episode-frames", "300"]  # games of 75 steps at most: each game ends in episodes.csv
+    assert main.main([*common, "--steps", "300", "--out", str(tmp_path / "straight")]) == 0
+    with monkeypatch.context() as patch:
+        stop_at(patch, 200)
+        assert main.main([*common, "--steps", "300", "--out", str(tmp_path / "split")]) == 130
+    interrupted = load_checkpoint(tmp_path / "split" / "model_interrupted.pt")
+    assert interrupted["run"]["step"] == 201 and len(interrupted["players"]) == 3
+    assert main.main(["--resume", str(tmp_path / "split")]) == 0
+    straight = load_checkpoint(tmp_path / "straight" / "model_002.pt")
+    split = load_checkpoint(tmp_path / "split" / "model_002.pt")
+    for name in ("online", "target"):
+        for key, value in straight["agent"][name].items():
+            assert torch.equal(value, split["agent"][name][key]), (name, key)
+    games = [read_episodes(tmp_path / run / "episodes.csv")[:, :4] for run in ("straight", "split")]
+    np.testing.assert_array_equal(*games)
+    assert len(games[0]) >= 3
+
+
+def test_one_game_trains_as_before_and_the_evaluation_scheme_is_recorded(tmp_path):
+    """--envs 1 (the default) plays one game seeded by --seed in a memory of one stream; the run records its
+    evaluation scheme, and a run saved before --eval-games (no eval_games in its config) evaluates serially."""
+    args, _ = parse_config([*TINY, "--out", str(tmp_path / "run")])
+    assert (args.envs, args.eval_games, args.eval_envs) == (1, "seeded", 16)
+    assert main.training_seed(args.seed, 0) == args.seed and main.training_seed(args.seed, 1) != args.seed
+    assert saved_options({"env": "ALE/Breakout-v5"})["eval_games"] == "serial"
+    assert saved_options({})["eval_games"] == "seeded"
+    args, _ = parse_config([*TINY, "--eval-games", "serial"])
+    assert args.eval_envs == 1
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--envs", "3", "--steps", "1000"], "--steps 1,000 is not a multiple of --envs 3"),
+        (["--envs", "4", "--steps", "1000", "--eval-every", "250"], "--eval-every 250 is not a multiple of --envs 4"),
+        (["--envs", "2", "--actors", "2"], "--envs 2 goes without --actors"),
+        (["--envs", "0"], "--envs must be positive, got 0"),
+        (["--eval-envs", "0"], "--eval-envs must be positive, got 0"),
+        (["--eval-games", "serial", "--eval-envs", "4"], "--eval-envs 4: this run's evaluations are serial"),
+        (["--envs", "250", "--steps", "1000", "--eval-every", "250"], "too small to give each of 250 games a stream"),
+    ],
+)
+def test_games_at_once_that_cannot_work_are_refused_in_one_line(argv, message, capsys, tmp_path):
+    with pytest.raises(SystemExit):
+        parse_config([*TINY, *argv, "--out", str(tmp_path / "run")])
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and message in error and not (tmp_path / "run").exists()
+
+
+def test_a_game_that_fails_inside_a_round_leaves_the_last_checkpoint(tmp_path, capsys, monkeypatch):
+    """With --envs 2 the other game has moved on when one fails: no model_interrupted.pt, whose games would be ahead
+    of its step count; the one line names the last checkpoint, from which the run resumes."""
+    from misbehaving_envs import Misbehaving
+
+    monkeypatch.setattr(Misbehaving, "misbehaviour", "step raises")
+    monkeypatch.setattr(Misbehaving, "after_steps", 120)  # each game's 120th step: the round that ends at step 240
+    run = tmp_path / "run"
+    argv = ["--env", "misbehaving_envs:Misbehaving", "--learning-starts", "50", "--memory-size", "500"]
+    argv += ["--eval-every", "100", "--eval-episodes", "1", "--steps", "300", "--threads", "1", "--envs", "2"]
+    assert main.main([*argv, "--out", str(run)]) == 1
+    captured = capsys.readouterr()
+    assert "a game failed within a round of 2 games" in captured.out
+    assert captured.err.strip().splitlines()[-1].endswith(f"the last checkpoint is {run / 'model_002.pt'} (step 200)")
+    assert not (run / "model_interrupted.pt").exists()
