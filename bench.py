@@ -62,6 +62,7 @@ from dqn_atari.utils_results import (
     MAIN_JOB,
     SCORE_THRESHOLD,
     SCORE_WINDOW,
+    at_once_markdown,
     gpu_tables,
     learning_report,
     learning_table,
@@ -286,36 +287,6 @@ def bench_at_once(quick: bool) -> dict[str, Any]:
         "ale_py": ale_py.__version__,
         "quick": quick,
     }
-
-
-def at_once_table(figures: dict[str, Any]) -> str:
-    """bench_at_once's figures as Markdown."""
-    best = str(figures["eval_best_envs"])
-    rounds = ", ".join(f"{ratio:.2f}" for ratio in figures["eval_speedup_rounds"])
-    lines = [
-        f"Evaluation: {figures['eval_games']} games of the Atari 100k preset on {figures['eval_game']} (an untrained "
-        f"agent, mean score {figures['eval_mean_score']:.1f}), 1 torch thread, {figures['rounds']} rounds in turn",
-        "",
-        "| --eval-envs | seconds, each round | games whose score differs from one at a time |",
-        "|---:|---|---:|",
-    ]
-    for at_once, took in figures["eval_seconds"].items():
-        shown = ", ".join(f"{t:.0f}" for t in took)
-        lines.append(f"| {at_once} | {shown} | {figures['eval_games_differing'][at_once]} |")
-    lines += [
-        "",
-        f"--eval-envs {best} against 1: **{figures['eval_speedup']:.2f}x** (rounds: {rounds}); with both cores "
-        f"(2 threads), {figures['eval_both_cores_speedup']:.2f}x.",
-        "",
-        "Training loop (Breakout, the default settings, 1 thread), steps/s once learning started:",
-        "",
-        "| --envs | steps/s, each round |",
-        "|---:|---|",
-    ]
-    lines += [f"| {n} | {', '.join(f'{v:.0f}' for v in sps)} |" for n, sps in figures["loop_sps"].items()]
-    ratios = ", ".join(f"{ratio:.2f}" for ratio in figures["loop_ratio_rounds"])
-    lines += ["", f"--envs 2 against 1: {figures['loop_ratio']:.2f}x (rounds: {ratios})."]
-    return "\n".join(lines)
 
 
 def filled_memory(memory: ReplayMemory, steps: int) -> ReplayMemory:
@@ -916,11 +887,11 @@ if __name__ == "__main__":
         print(json.dumps(results, indent=2) if arguments.json else table(results, APEX_ROWS))
         sys.exit(0)
     if arguments.at_once_report:
-        print(at_once_table(json.loads(arguments.at_once_report.read_text())))
+        print(at_once_markdown(json.loads(arguments.at_once_report.read_text())))
         sys.exit(0)
     if arguments.at_once:
         results = bench_at_once(arguments.quick)
-        print(json.dumps(results, indent=2) if arguments.json else at_once_table(results))
+        print(json.dumps(results, indent=2) if arguments.json else at_once_markdown(results))
         sys.exit(0)
     if arguments.gpu_report:
         print(gpu_tables(json.loads(arguments.gpu_report.read_text())["bench"]))

@@ -8,6 +8,7 @@ utils_model), and the run folder (utils_run).
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import signal
@@ -101,6 +102,7 @@ from dqn_atari.utils_run import (
     start_episodes,
 )
 from dqn_atari.utils_types import EvalResult, FinishedGames, GameResult, Progress, StackRule
+from dqn_atari.utils_workers import GameWorkers
 
 
 class StopRequest:
@@ -317,7 +319,7 @@ def play_and_learn(run: Trainer) -> None:
         epsilon = exploration(args, progress.step)
         actions = agent.act_all(np.stack([player.state for player in players]), epsilon)
         run.in_round = len(players) > 1  # the games ahead of the step count: no checkpoint until the round ends
-        games = [player.step(int(action)) for player, action in zip(players, actions, strict=True)]  # into memory
+        games = play_round(run, actions)
         for game in games:
             run.step_done(game, epsilon, learn=True)
         run.in_round = False
@@ -358,9 +360,15 @@ def refill_by_playing(run: Trainer, count: int) -> None:
     for _ in tqdm(range(rounds), desc="refilling replay memory", unit="round", mininterval=1.0):
         if run.stop.requested:
             break
-        actions = agent.act_all(np.stack([player.state for player in players]), epsilon)
-        for player, action in zip(players, actions, strict=True):
-            player.step(int(action))
+        play_round(run, agent.act_all(np.stack([player.state for player in players]), epsilon))
+
+
+def play_round(run: Trainer, actions: np.ndarray) -> list[GameResult | None]:
+    """One step of every training game with its action (with --env-workers, in their processes at once), each
+    pushed into its stream of the memory; the games each ended."""
+    if run.workers is not None:
+        run.workers.step(actions)
+    return [player.step(int(action)) for player, action in zip(run.players, actions, strict=True)]
 
 
 def refill_from_actors(run: Trainer, pool: ActorPool, count: int) -> None:
@@ -408,9 +416,15 @@ class Trainer:
         check_free_space(out, needed)
         self.memory = build_memory(args, device, frames_on_device, env)
         self.env = env
-        games = (  # the training games (Ape-X: the actors play)
-            [] if args.actors else [env, *(make_env(args, training_seed(args.seed, g)) for g in range(1, args.envs))]
-        )
+        self.workers = None  # --env-workers: the processes that step the games
+        if args.actors:
+            games = []  # Ape-X: the actors play
+        elif args.env_workers:
+            seeds = [training_seed(args.seed, game) for game in range(args.envs)]
+            self.workers = GameWorkers(functools.partial(make_env, args), seeds, args.env_workers)
+            games = self.workers.games
+        else:
+            games = [env, *(make_env(args, training_seed(args.seed, game)) for game in range(1, args.envs))]
         self.players = [Player(game, self.memory, args.clip_rewards, stream) for stream, game in enumerate(games)]
         self.in_round = False  # some games of --envs have stepped beyond the steps counted
         self.eval_machines: list[AtariEnv | GymEnv] = []  # the evaluations' game machines, seeded for each game
@@ -685,6 +699,8 @@ class Trainer:
         return TrainSummary(0, progress.step, learning_sps, self.updates)
 
     def close(self) -> None:
+        if self.workers is not None:
+            self.workers.close()
         if self.bar is not None:
             self.bar.close()
         if self.writer:

@@ -41,10 +41,11 @@ from dqn_atari.utils_model import NETWORKS, network_size, smallest_input
 from dqn_atari.utils_run import MEMORY_FILE, REWARDS_FILE, CheckpointError, load_checkpoint, load_newest_checkpoint
 
 # Options that may differ when a run is resumed; all others must match the saved run. Evaluations change nothing
-# in training (each plays a game seeded by (seed, index) with its own generator), so their schedule and size may too.
+# in training (each plays games seeded by (seed, index) with generators of their own), so their schedule, size and
+# games at once may change too, and so may the processes that step the training games (the same games either way).
 RESUMABLE_OPTIONS = {
     "steps", "device", "memory_device", "cuda_graphs", "threads", "render", "save_memory", "tensorboard", "resume",
-    "keep_checkpoints", "eval_every", "eval_episodes", "eval_envs",
+    "keep_checkpoints", "eval_every", "eval_episodes", "eval_envs", "env_workers",
     "replay_ratio", "weights_every", "chunk_steps", "actor_timeout", "ray_address",
 }  # fmt: skip
 # Options that reach the network (the Ray cluster an Ape-X learner joins, and ships this project's code to): the
@@ -62,7 +63,9 @@ PLAYBACK_DEFAULTS = ("eval_episodes", "render")
 # scheme from its first evaluation to its last.
 EVALUATION_SCHEMES = ("seeded", "serial")
 MEMORY_DEVICES = ("auto", "host", "device")
-EVAL_ENVS = 16  # evaluation games at once by default: see bench.py --evaluation
+# Evaluation games at once by default: the fastest of 1, 16, 32 and 100 on the CPU (bench.py --at-once, 2.4 times
+# one at a time; docs/performance.md); a game machine takes about 1 MB.
+EVAL_ENVS = 32
 SCALAR_BYTES = 7  # a step's action, reward, terminal and game-start flags, besides its frame
 # GPU memory left for the two networks, Adam's moments, a batch's activations and cuDNN's workspaces.
 DEVICE_HEADROOM = 2 * 2**30
@@ -78,6 +81,7 @@ POSITIVE_INTS = (
 )  # fmt: skip
 NON_NEGATIVE_INTS = (
     "seed", "learning_starts", "eps_decay_steps", "eps_decay_start", "actors", "noop_max", "keep_checkpoints",
+    "env_workers",
 )  # fmt: skip
 
 # Named recipes: --preset NAME sets these options, each still overridable by its own flag; the
@@ -264,6 +268,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="training games played at once, each with its own seed and replay memory stream, their actions from "
         "one forward pass; every step count (--train-every, --target-every, epsilon, --eval-every) counts the "
         "steps of all of them",
+    )
+    add(
+        "--env-workers",
+        type=int,
+        default=0,
+        help="processes that step the --envs games, each its share at once (0: this process steps them in turn); "
+        "the same run either way, bit for bit",
     )
     add("--seed", type=int, default=0, help="seeds the game, the network, exploration and replay sampling")
     add(
@@ -703,6 +714,8 @@ def check_envs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
             f"--eval-envs {args.eval_envs}: this run's evaluations are serial (--eval-games serial, one game machine "
             "playing the games in turn), one game at a time"
         )
+    if args.env_workers > args.envs and args.evaluate is None:
+        parser.error(f"--env-workers {args.env_workers} exceeds --envs {args.envs}: a worker steps one game or more")
     if args.envs == 1 or args.evaluate is not None:
         return
     if args.actors:

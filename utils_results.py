@@ -744,13 +744,15 @@ def learning_report(run: Path, threshold: float = SCORE_THRESHOLD) -> dict[str, 
         )
     # --steps too: prioritized replay's beta anneals to 1 over the run's steps, so it changes the run.
     learning = ("steps", "lr", "adam_eps", "loss", "grad_clip", "n_step", "prioritized", "alpha", "beta0", "double")
-    learning += ("dueling", "actors")
+    learning += ("dueling", "actors", "envs")
     return {
         "run": str(run),
         "game": config["env"],
         "seed": config["seed"],
         "steps": last_step,
-        "settings": {name: config.get(name) for name in learning},
+        "settings": {
+            name: config.get(name, 1 if name == "envs" else None) for name in learning
+        },  # one game before --envs
         "ranges": ranges,
         "time_to_score": time_to_score(games, threshold),
         "wall_seconds": float(games[-1, 4]) if len(games) else None,
@@ -819,6 +821,7 @@ def seeds_table(reports: list[dict[str, Any]], up_to: int) -> str:
         settings = report["settings"]
         # Only prioritized replay's schedule (beta) depends on the run's length.
         name = f"prioritized, --steps {settings['steps']:,}" if settings["prioritized"] else "uniform"
+        name += f", --envs {settings['envs']}" if settings["envs"] != 1 else ""
         flags = ", ".join(f"{key} {value}" for key, value in settings.items() if key not in ("steps", "prioritized"))
         groups.setdefault(f"{name} ({flags})", []).append(report)
     seeds = sorted({report["seed"] for report in reports})
@@ -911,6 +914,37 @@ def gpu_table(
         rounds = figures["sps_rounds"].get(key.removeprefix("sps_"), [])
         each = f" ({', '.join(f'{value:{fmt}}' for value in rounds)})" if len(rounds) > 1 else ""
         lines.append(f"| {label} | {figures[key]:{fmt}}{each} |")
+    return "\n".join(lines)
+
+
+def at_once_markdown(figures: dict[str, Any]) -> str:
+    """``bench.py --at-once``'s figures (its JSON) as Markdown: the evaluation at each --eval-envs, the training
+    loop at --envs 1 and 2."""
+    best = str(figures["eval_best_envs"])
+    rounds = ", ".join(f"{ratio:.2f}" for ratio in figures["eval_speedup_rounds"])
+    lines = [
+        f"Evaluation: {figures['eval_games']} games of the Atari 100k preset on {figures['eval_game']} (an untrained "
+        f"agent, mean score {figures['eval_mean_score']:.1f}), 1 torch thread, {figures['rounds']} rounds in turn",
+        "",
+        "| --eval-envs | seconds, each round | games whose score differs from one at a time |",
+        "|---:|---|---:|",
+    ]
+    for at_once, took in figures["eval_seconds"].items():
+        shown = ", ".join(f"{t:.0f}" for t in took)
+        lines.append(f"| {at_once} | {shown} | {figures['eval_games_differing'][at_once]} |")
+    lines += [
+        "",
+        f"--eval-envs {best} against 1: **{figures['eval_speedup']:.2f}x** (rounds: {rounds}); with both cores "
+        f"(2 threads), {figures['eval_both_cores_speedup']:.2f}x.",
+        "",
+        "Training loop (Breakout, the default settings, 1 thread), steps/s once learning started:",
+        "",
+        "| --envs | steps/s, each round |",
+        "|---:|---|",
+    ]
+    lines += [f"| {n} | {', '.join(f'{v:.0f}' for v in sps)} |" for n, sps in figures["loop_sps"].items()]
+    ratios = ", ".join(f"{ratio:.2f}" for ratio in figures["loop_ratio_rounds"])
+    lines += ["", f"--envs 2 against 1: {figures['loop_ratio']:.2f}x (rounds: {ratios})."]
     return "\n".join(lines)
 
 

@@ -3,6 +3,7 @@ misbehaving_envs:Misbehaving``; the tests' folder is on sys.path)."""
 
 from __future__ import annotations
 
+import os
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -13,7 +14,7 @@ SIZE = 40  # pixels per side: the smallest frames the nature network reads are 3
 
 class Misbehaving(gym.Env):
     """Games of 10 steps on 40x40 frames, a reward of 1 a step; from an instance's ``after_steps``-th step on (and
-    at its resets after it), it does what ``misbehaviour`` names (a test sets both):
+    at its resets after it), it does what ``misbehaviour`` names (a test sets both, or MISBEHAVING):
     a reward of ``"nan"`` or ``"inf"``, ``"step raises"``, ``"reset raises"``, or ``"shape"`` (a frame of
     another shape than its observation space's)."""
 
@@ -25,6 +26,10 @@ class Misbehaving(gym.Env):
         self.observation_space = gym.spaces.Box(0, 255, self.frame_shape(), np.uint8)
         self.action_space = gym.spaces.Discrete(3)
         self.render_mode, self.steps, self.played = render_mode, 0, 0
+        told = os.environ.get("MISBEHAVING")  # "what after N", for games in other processes (--env-workers)
+        if told:
+            what, _, after = told.rpartition(" after ")
+            self.misbehaviour, self.after_steps = what, int(after)
 
     @staticmethod
     def frame_shape() -> tuple[int, ...]:

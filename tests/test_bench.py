@@ -163,3 +163,12 @@ def test_the_main_job_report_takes_its_figures_from_the_files(tmp_path):
     text = utils_results.main_job_markdown(report)
     assert "| 500 | 8.0 ± 2.0 [4, 12] (10 games) | 3.0 (5 games) |" in text
     assert "| Paper | 10.0 ± 1.0 | 3 seeds | 40M | o | e | none |" in text
+
+
+def test_the_docs_show_the_games_at_once_figures_as_committed():
+    """docs/performance.md's tables of games at once are `bench.py --at-once-report` of the committed figures."""
+    text = (ROOT / "docs" / "performance.md").read_text()
+    start = "<!-- bench.py --at-once-report results/at-once/cpu.json -->\n"
+    shown = text.split(start, 1)[1].split("\n<!-- end of bench.py --at-once-report -->", 1)[0]
+    figures = json.loads((ROOT / "results" / "at-once" / "cpu.json").read_text())
+    assert shown == utils_results.at_once_markdown(figures)

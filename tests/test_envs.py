@@ -2,7 +2,12 @@
 games at a time whose games do not depend on how many play at once."""
 
 import functools
+import os
 import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +20,7 @@ from dqn_atari.utils_env import AtariEnv, EvaluationStopped, Player, SeededGames
 from dqn_atari.utils_memory import ReplayMemory
 from dqn_atari.utils_run import load_checkpoint, read_episodes
 
+ROOT = Path(__file__).resolve().parent.parent
 TINY = [
     "--env", "Breakout", "--learning-starts", "100", "--memory-size", "1200", "--eval-episodes", "2",
     "--max-episode-frames", "2000", "--target-every", "50", "--threads", "1",
@@ -110,16 +116,21 @@ def stop_at(monkeypatch, step: int) -> None:
     monkeypatch.setattr(main.Trainer, "step_done", step_done)
 
 
-@pytest.mark.parametrize("memory", [[], ["--prioritized"]], ids=["uniform", "prioritized"])
-def test_training_games_at_once_resume_exactly_from_a_stop_inside_a_round(tmp_path, monkeypatch, memory):
+@pytest.mark.parametrize(
+    "memory,split_only",
+    [([], []), (["--prioritized"], []), ([], ["--env-workers", "2"])],
+    ids=["uniform", "prioritized", "stopped-run-in-worker-processes"],
+)
+def test_training_games_at_once_resume_exactly_from_a_stop_inside_a_round(tmp_path, monkeypatch, memory, split_only):
     """--envs 3: a Ctrl-C at step 200, inside a round, stops at the round's end (step 201); with --save-memory the
-    resumed run is the one that never stopped, weight for weight and game for game, with either memory."""
+    resumed run is the one that never stopped, weight for weight and game for game, with either memory, and with
+    its games stepped in two worker processes (their states saved and restored through them) as in this one."""
     common = [*TINY, *memory, "--envs", "3", "--eval-every", "150", "--save-memory", "--seed", "3"]
     common += ["--max-episode-frames", "300"]  # games of 75 steps at most: each game ends in episodes.csv
     assert main.main([*common, "--steps", "300", "--out", str(tmp_path / "straight")]) == 0
     with monkeypatch.context() as patch:
         stop_at(patch, 200)
-        assert main.main([*common, "--steps", "300", "--out", str(tmp_path / "split")]) == 130
+        assert main.main([*common, *split_only, "--steps", "300", "--out", str(tmp_path / "split")]) == 130
     interrupted = load_checkpoint(tmp_path / "split" / "model_interrupted.pt")
     assert interrupted["run"]["step"] == 201 and len(interrupted["players"]) == 3
     assert main.main(["--resume", str(tmp_path / "split")]) == 0
@@ -137,7 +148,7 @@ def test_one_game_trains_as_before_and_the_evaluation_scheme_is_recorded(tmp_pat
     """--envs 1 (the default) plays one game seeded by --seed in a memory of one stream; the run records its
     evaluation scheme, and a run saved before --eval-games (no eval_games in its config) evaluates serially."""
     args, _ = parse_config([*TINY, "--out", str(tmp_path / "run")])
-    assert (args.envs, args.eval_games, args.eval_envs) == (1, "seeded", 16)
+    assert (args.envs, args.eval_games, args.eval_envs) == (1, "seeded", 32)
     assert main.training_seed(args.seed, 0) == args.seed and main.training_seed(args.seed, 1) != args.seed
     assert saved_options({"env": "ALE/Breakout-v5"})["eval_games"] == "serial"
     assert saved_options({})["eval_games"] == "seeded"
@@ -164,18 +175,68 @@ def test_games_at_once_that_cannot_work_are_refused_in_one_line(argv, message, c
     assert len(error.splitlines()) == 1 and message in error and not (tmp_path / "run").exists()
 
 
-def test_a_game_that_fails_inside_a_round_leaves_the_last_checkpoint(tmp_path, capsys, monkeypatch):
+def test_a_game_that_fails_inside_a_round_leaves_the_last_checkpoint(tmp_path, capsys):
     """With --envs 2 the other game has moved on when one fails: no model_interrupted.pt, whose games would be ahead
-    of its step count; the one line names the last checkpoint, from which the run resumes."""
-    from misbehaving_envs import Misbehaving
-
-    monkeypatch.setattr(Misbehaving, "misbehaviour", "step raises")
-    monkeypatch.setattr(Misbehaving, "after_steps", 120)  # each game's 120th step: the round that ends at step 240
-    run = tmp_path / "run"
+    of its step count; the one line names the last checkpoint and says what the game did, whether it ran in this
+    process or in a worker (Misbehaving reads what to do from the environment: a worker is another process)."""
     argv = ["--env", "misbehaving_envs:Misbehaving", "--learning-starts", "50", "--memory-size", "500"]
     argv += ["--eval-every", "100", "--eval-episodes", "1", "--steps", "300", "--threads", "1", "--envs", "2"]
-    assert main.main([*argv, "--out", str(run)]) == 1
-    captured = capsys.readouterr()
-    assert "a game failed within a round of 2 games" in captured.out
-    assert captured.err.strip().splitlines()[-1].endswith(f"the last checkpoint is {run / 'model_002.pt'} (step 200)")
-    assert not (run / "model_interrupted.pt").exists()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MISBEHAVING", "step raises after 120")  # each game's 120th step: the round ending at 240
+        for workers in ("0", "1"):
+            run = tmp_path / f"workers{workers}"
+            assert main.main([*argv, "--env-workers", workers, "--out", str(run)]) == 1
+            captured = capsys.readouterr()
+            assert "a game failed within a round of 2 games" in captured.out
+            last = captured.err.strip().splitlines()[-1]
+            assert last.startswith("main.py: error: misbehaving_envs:Misbehaving's step raised RuntimeError: ")
+            assert last.endswith(f"the last checkpoint is {run / 'model_002.pt'} (step 200)")
+            assert not (run / "model_interrupted.pt").exists()
+
+
+def worker_pids(pid: int) -> list[int]:
+    """The processes ``pid`` started that are still alive."""
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(child) for child in children.read_text().split()] if children.exists() else []
+
+
+def alive(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in status  # a zombie has ended
+
+
+def test_worker_processes_end_with_the_run_even_killed_and_a_dead_worker_ends_the_run(tmp_path):
+    """kill -9 of the training process: its game workers end within seconds (no orphans). A worker killed under a
+    running training process: the run ends in one line naming the games it held and the last checkpoint, exit 1."""
+    argv = [sys.executable, str(ROOT / "main.py"), *TINY, "--envs", "4", "--env-workers", "2", "--steps", "100000"]
+    argv += ["--eval-every", "100000"]
+    for victim in ("training", "worker"):
+        run = tmp_path / victim
+        process = subprocess.Popen(
+            [*argv, "--out", str(run)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        deadline = time.time() + 180
+        while not (run / "model_000.pt").exists() and time.time() < deadline:
+            time.sleep(0.2)
+        workers = [
+            pid for pid in worker_pids(process.pid) if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        ]
+        assert len(workers) == 2
+        os.kill(process.pid if victim == "training" else workers[1], signal.SIGKILL)
+        if victim == "training":
+            process.communicate(timeout=60)
+            deadline = time.time() + 30
+            while any(map(alive, workers)) and time.time() < deadline:
+                time.sleep(0.2)
+            assert not any(map(alive, workers))
+        else:
+            _, stderr = process.communicate(timeout=120)
+            assert process.returncode == 1
+            assert stderr.strip().splitlines()[-1] == (
+                "main.py: error: the process of training games 2-3 died (exit code -9); the last checkpoint is "
+                f"{run / 'model_000.pt'} (step 0)"
+            )
+            assert not any(map(alive, workers))
