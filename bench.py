@@ -532,7 +532,10 @@ def table(figures: dict[str, Any], rows: list[tuple[str, str, str]] = ROWS) -> s
 # first tenth of the steps), only shorter: SIDE_STEPS steps, learning from SIDE_LEARNING_STARTS. Each
 # loop's steps/s is taken from SIDE_LEARNING_STARTS to the end, our evaluations left out.
 SIDE_STEPS, SIDE_LEARNING_STARTS, SIDE_MEMORY = 12_000, 4_000, 1_000_000
-GPU_PARTS = ("side", "atari100k")
+GPU_PARTS = ("side", "atari100k", "envs")
+# The games-at-once part: our default loop (Breakout, CleanRL's settings as the side-by-side part) at these --envs
+# and --env-workers, in turn, two rounds; on a 16-core GPU host the workers share the cores the emulators need.
+GPU_ENVS = ((1, 0), (8, 0), (8, 4), (16, 8), (32, 8))
 
 
 def side_flags(steps: int, memory_size: int) -> list[str]:
@@ -691,6 +694,35 @@ def run_gpu(cleanrl: Path | None, site: str | None, quick: bool) -> dict[str, An
 ATARI100K_BENCH_STEPS = 8_000
 
 
+def run_gpu_envs(quick: bool) -> dict[str, Any]:
+    """The games-at-once figures of the GPU check: the default loop's steps/s once learning runs at each
+    (--envs, --env-workers) of GPU_ENVS, in turn, two rounds, and the hours 10M steps would take at the fastest."""
+    device = pick_device("auto")
+    steps, learning_starts = (1024, 512) if quick else (SIDE_STEPS, SIDE_LEARNING_STARTS)
+    rounds: dict[str, list[float]] = {}
+    for _ in range(1 if quick else 2):
+        for envs, workers in GPU_ENVS:
+            flags = ["--envs", str(envs), "--env-workers", str(workers), *side_flags(steps, SIDE_MEMORY)]
+            summary = bench_loop("Breakout", False, learning_starts, steps, 4, "auto", flags)
+            rounds.setdefault(f"{envs} games, {workers} workers", []).append(summary.learning_steps_per_second)
+    means = {name: statistics.mean(values) for name, values in rounds.items()}
+    fastest = max(means, key=means.__getitem__)
+    return {
+        "sps_rounds": rounds,
+        "sps": means,
+        "fastest": fastest,
+        "hours_per_10m_steps": 10_000_000 / means[fastest] / 3600,
+        "settings": {
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
+            "steps": steps,
+            "learning_starts": learning_starts,
+            "cpus": available_cpus(),
+            "torch": torch.__version__,
+            "quick": quick,
+        },
+    }
+
+
 def run_gpu_atari100k(quick: bool) -> dict[str, Any]:
     """The Atari 100k figures of the GPU check: the preset's learning step eager and graphed, its loop's
     steps/s with and without CUDA graphs (alternating, two rounds), and a 100k-step run's training
@@ -814,8 +846,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
         "--gpu-parts",
         nargs="+",
         choices=GPU_PARTS,
-        default=GPU_PARTS,
-        help="with --gpu: which figures: 'side', our loop beside CleanRL's; 'atari100k', the Atari 100k preset",
+        default=GPU_PARTS[:2],
+        help="with --gpu: which figures: 'side', our loop beside CleanRL's; 'atari100k', the Atari 100k preset; "
+        "'envs', our loop at several --envs and --env-workers",
     )
     parser.add_argument("--cleanrl", type=Path, help="with --gpu: CleanRL's dqn_atari.py, timed beside our loop")
     parser.add_argument("--cleanrl-path", help="with --gpu: the folder of CleanRL's packages, first on its path")
@@ -902,6 +935,8 @@ if __name__ == "__main__":
             results = run_gpu(arguments.cleanrl, arguments.cleanrl_path, arguments.quick)
         if "atari100k" in arguments.gpu_parts:
             results["atari100k"] = run_gpu_atari100k(arguments.quick)
+        if "envs" in arguments.gpu_parts:
+            results["envs"] = run_gpu_envs(arguments.quick)
         print(json.dumps(results, indent=2) if arguments.json else gpu_tables(results))
         sys.exit(0)
     if arguments.shared:

@@ -949,10 +949,20 @@ def at_once_markdown(figures: dict[str, Any]) -> str:
 
 
 def gpu_tables(figures: dict[str, Any]) -> str:
-    """The tables of the parts a GPU check ran: our loop beside CleanRL's, the Atari 100k preset."""
+    """The tables of the parts a GPU check ran: our loop beside CleanRL's, the Atari 100k preset, games at once."""
     tables = [gpu_table(figures)] if "settings" in figures else []
     if "atari100k" in figures:
         tables.append(gpu_table(figures["atari100k"], ATARI100K_GPU_ROWS, "`bench.py --gpu --gpu-parts atari100k`"))
+    if "envs" in figures:
+        envs = figures["envs"]
+        lines = [
+            f"| {envs['settings']['device']}, `bench.py --gpu --gpu-parts envs` | steps/s (each round) |",
+            "|---|---|",
+        ]
+        for name, mean in envs["sps"].items():
+            lines.append(f"| {name} | {mean:.0f} ({', '.join(f'{v:.0f}' for v in envs['sps_rounds'][name])}) |")
+        lines.append(f"| 10M steps at the fastest ({envs['fastest']}), hours | {envs['hours_per_10m_steps']:.2f} |")
+        tables.append("\n".join(lines))
     return "\n\n".join(tables)
 
 

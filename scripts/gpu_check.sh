@@ -13,7 +13,8 @@
 # GPU_CHECK_PARTS=side and 5 with GPU_CHECK_PARTS=atari100k (below). To try it without a GPU:
 # GPU_CHECK_QUICK=1 (a short, rough bench) and WHEELS=FOLDER (wheels for this machine's Python). GPU_CHECK_TESTS=EXPR
 # runs only the cuda tests that pytest -k EXPR selects; GPU_CHECK_PARTS='side atari100k' (both, the default)
-# picks bench.py's parts: our loop beside CleanRL's, and the Atari 100k preset eager and graphed.
+# picks bench.py's parts: our loop beside CleanRL's, and the Atari 100k preset eager and graphed; 'envs' (about 4
+# minutes, not in the default) our loop at several --envs and --env-workers.
 set -uo pipefail
 OUT=${1:?usage: bash scripts/gpu_check.sh OUT}
 cd "$(dirname "$0")/.."

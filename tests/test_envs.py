@@ -118,8 +118,8 @@ def stop_at(monkeypatch, step: int) -> None:
 
 @pytest.mark.parametrize(
     "memory,split_only",
-    [([], []), (["--prioritized"], []), ([], ["--env-workers", "2"])],
-    ids=["uniform", "prioritized", "stopped-run-in-worker-processes"],
+    [([], []), (["--prioritized"], ["--env-workers", "2"])],
+    ids=["uniform", "prioritized-stopped-run-in-worker-processes"],
 )
 def test_training_games_at_once_resume_exactly_from_a_stop_inside_a_round(tmp_path, monkeypatch, memory, split_only):
     """--envs 3: a Ctrl-C at step 200, inside a round, stops at the round's end (step 201); with --save-memory the
