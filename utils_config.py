@@ -705,11 +705,12 @@ def check_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
 
 def check_envs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """--envs and --eval-envs against the other options (--eval-envs by default as many as the scheme allows)."""
+    serial = args.eval_games == "serial" and args.evaluate is None  # a playback's games are always seeded
     if args.eval_envs is None:
-        args.eval_envs = 1 if args.eval_games == "serial" else EVAL_ENVS
+        args.eval_envs = 1 if serial else EVAL_ENVS
     if args.eval_envs < 1:
         parser.error(f"--eval-envs must be positive, got {args.eval_envs}")
-    if args.eval_envs > 1 and args.eval_games == "serial":
+    if args.eval_envs > 1 and serial:
         parser.error(
             f"--eval-envs {args.eval_envs}: this run's evaluations are serial (--eval-games serial, one game machine "
             "playing the games in turn), one game at a time"

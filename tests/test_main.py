@@ -273,6 +273,9 @@ def test_evaluate_a_checkpoint_prints_each_episode(tmp_path, capsys):
     assert [line.split(":")[0] for line in episodes] == ["Episode #0", "Episode #1", "Episode #2"]
     scores = [float(line.split("reward: ")[1]) for line in episodes]
     assert f"Mean reward over 3 episodes: {np.mean(scores):.1f}" in lines
+    assert main.main(["--evaluate", str(run / "model_001.pt"), "--eval-episodes", "3", "--eval-envs", "1"]) == 0
+    one_at_a_time = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Episode #")]
+    assert one_at_a_time == episodes  # each game seeded by --seed and its number: the same games at 1 and 3 at once
     frames = sorted((run / "playback_model_001").iterdir())
     assert frames and frames[0].name == "000000.png"
     with pytest.raises(SystemExit):
