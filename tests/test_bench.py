@@ -57,6 +57,7 @@ def test_the_readme_shows_the_breakout_table_of_the_committed_runs(monkeypatch):
     shown = readme.split(start, 1)[1].split(end, 1)[0]
     names = [f"learning-breakout-seed{seed}" for seed in (1, 2, 3)]
     names += ["learning-breakout-seed1-per150k", "learning-breakout-seed2-per", "learning-breakout-seed3-per"]
+    names += [f"learning-breakout-seed{seed}-envs8" for seed in (1, 2, 3)]
     reports = [utils_results.learning_report(Path("results") / "breakout" / name) for name in names]
     assert shown.strip() == utils_results.seeds_table(reports, 150_000).strip()
     assert "| 100-150k | 12.23 / 14.28 / 12.88 (13.13) | 17.34 / 19.97 / 16.44 (17.92) |" in shown
