@@ -101,7 +101,9 @@ class Agent:
                 actions[game] = rng.integers(self.n_actions)
             else:
                 greedy.append(game)
-        if greedy:
+        if len(greedy) == len(states):  # the common case once epsilon is low: no copy of the batch
+            actions[:] = self.greedy(states)
+        elif greedy:
             actions[greedy] = self.greedy(states[greedy])
         return actions
 

@@ -52,6 +52,17 @@ def games(run: Path, checkpoint: str) -> np.ndarray:
     return rows
 
 
+def assert_same_run(first: Path, second: Path, first_checkpoint: str, second_checkpoint: str) -> tuple[dict, dict]:
+    """Two runs' networks (online and target) at those checkpoints and their training games (all but the wall
+    times), equal bit for bit; the two checkpoints."""
+    checkpoints = load_checkpoint(first / first_checkpoint), load_checkpoint(second / second_checkpoint)
+    for name in ("online", "target"):
+        for key, value in checkpoints[0]["agent"][name].items():
+            assert torch.equal(value, checkpoints[1]["agent"][name][key]), (name, key)
+    np.testing.assert_array_equal(*(read_episodes(run / "episodes.csv")[:, :4] for run in (first, second)))
+    return checkpoints
+
+
 def test_train_render_checkpoint_and_resume(tmp_path):
     run = tmp_path / "run"
     done = run_main(*TINY, "--steps", "300", "--eval-every", "100", "--render", "--out", str(run))
@@ -153,16 +164,10 @@ def test_resume_with_saved_memory_is_equivalent_to_an_uninterrupted_run(tmp_path
     note = sweep.resume_note(sweep.Run("Breakout", 3, tmp_path / "split"))  # what a sweep says before it resumes
     assert note == "resumes at step 150 as the same run (its replay memory was saved with the checkpoint)"
     assert main.main(["--resume", str(tmp_path / "split"), "--steps", "300"]) == 0
-    straight = load_checkpoint(tmp_path / "straight" / "model_002.pt")
-    split = load_checkpoint(tmp_path / "split" / "model_002.pt")
-    for name in ("online", "target"):
-        for key, value in straight["agent"][name].items():
-            assert torch.equal(value, split["agent"][name][key]), (name, key)
-    assert straight["run"]["episodes"] == split["run"]["episodes"]
+    straight, _ = assert_same_run(tmp_path / "straight", tmp_path / "split", "model_002.pt", "model_002.pt")
+    assert straight["run"]["episodes"] == load_checkpoint(tmp_path / "split" / "model_002.pt")["run"]["episodes"]
     assert rewards(tmp_path / "straight") == rewards(tmp_path / "split")
     assert len(games(tmp_path / "straight", "model_002.pt")) >= 1
-    games_played = [read_episodes(tmp_path / run / "episodes.csv")[:, :4] for run in ("straight", "split")]
-    np.testing.assert_array_equal(*games_played)  # all but the wall times
 
 
 def test_evaluations_may_change_on_resume_and_training_stays_bit_identical(tmp_path):
@@ -175,13 +180,7 @@ def test_evaluations_may_change_on_resume_and_training_stays_bit_identical(tmp_p
     assert main.main(argv) == 0
     assert [step for _, step, _ in rewards(tmp_path / "split")] == [0, 150, 200, 300]
     assert (tmp_path / "split" / "rewards.txt").read_text().splitlines()[-1].split()[6] == "2"  # games played
-    straight = load_checkpoint(tmp_path / "straight" / "model_002.pt")
-    split = load_checkpoint(tmp_path / "split" / "model_003.pt")
-    for name in ("online", "target"):
-        for key, value in straight["agent"][name].items():
-            assert torch.equal(value, split["agent"][name][key]), (name, key)
-    games_played = [read_episodes(tmp_path / run / "episodes.csv")[:, :4] for run in ("straight", "split")]
-    np.testing.assert_array_equal(*games_played)
+    assert_same_run(tmp_path / "straight", tmp_path / "split", "model_002.pt", "model_003.pt")
 
 
 @pytest.mark.parametrize(
