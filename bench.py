@@ -159,7 +159,7 @@ def loop_work(
         with part("learn"):
             result = agent.learn(batch)
         with part("priorities"):
-            memory.update_priorities(batch.indices, result.td_errors)
+            memory.update_priorities(batch.indices, result.priorities)
         for _ in range(train_every):
             with part("act"):
                 action = agent.act(state, 0.0)
@@ -247,7 +247,7 @@ def bench_at_once(quick: bool) -> dict[str, Any]:
         start = time.perf_counter()
         with contextlib.redirect_stderr(io.StringIO()):
             games_played = main.seeded_games(args, [0], False)
-            result = evaluate(agent.act_all, games_played, games, args.eval_epsilon, at_once, stack_rule=rule)
+            result = evaluate(agent.act_evaluating, games_played, games, args.eval_epsilon, at_once, stack_rule=rule)
         return time.perf_counter() - start, result.scores
 
     seconds: dict[int, list[float]] = {m: [] for m in lanes}

@@ -81,13 +81,13 @@ class TrainedAgent:
             )
         check_epsilon(epsilon)
         if self._gym_env is not None:  # (which refuses values off the observation space's dtype and range)
-            return self._agent.act(self._gym_env.state(frames), epsilon, self._rng)
+            return self._agent.act(self._gym_env.state(frames), epsilon, self._rng, noise=False)
         if frames.dtype != np.uint8:
             whole = np.issubdtype(frames.dtype, np.number) and np.array_equal(frames, np.round(frames))
             if not (whole and frames.min() >= 0 and frames.max() <= 255):
                 raise ValueError(f"an observation holds uint8 pixels, 0 to 255; got {frames.dtype} values")
             frames = frames.astype(np.uint8)
-        return self._agent.act(frames, epsilon, self._rng)
+        return self._agent.act(frames, epsilon, self._rng, noise=False)
 
     def env_options(self) -> dict[str, Any]:
         """The run's Atari game settings (sticky actions, frame limit, no-op starts, ...), but its id and seed."""
@@ -128,7 +128,7 @@ class TrainedAgent:
         check_epsilon(epsilon)
         games = main.seeded_games(self.config, [seed], render=False)
         rule = main.stack_rule(self.config, main.make_env(self.config, seed))
-        return evaluate(self._agent.act_all, games, episodes, epsilon, envs, stack_rule=rule).scores
+        return evaluate(self._agent.act_evaluating, games, episodes, epsilon, envs, stack_rule=rule).scores
 
 
 def check_epsilon(epsilon: float) -> None:

@@ -74,6 +74,7 @@ from dqn_atari.utils_env import (
     input_shape,
     is_atari,
 )
+from dqn_atari.utils_heads import value_head
 from dqn_atari.utils_memory import PrioritizedReplayMemory, ReplayMemory
 from dqn_atari.utils_run import (
     EPISODES_FILE,
@@ -160,7 +161,7 @@ def run_evaluation(
         else:
             games = seeded_games(args, entropy, args.render, machines)
         return evaluate(
-            agent.act_all,
+            agent.act_evaluating,
             games,
             args.eval_episodes,
             args.eval_epsilon,
@@ -238,7 +239,7 @@ def play_checkpoint(args: argparse.Namespace, checkpoint: dict[str, Any]) -> int
         while frame_dir.exists():  # never replace frames a user already has
             frame_dir, suffix = folder / f"playback_{source.stem}_{suffix}", suffix + 1
     result = evaluate(
-        agent.act_all,
+        agent.act_evaluating,
         seeded_games(args, [args.seed], args.render),
         args.eval_episodes,
         args.eval_epsilon,
@@ -532,10 +533,10 @@ class Trainer:
     def learn(self) -> None:
         """One gradient step on a sampled batch, and the priorities of its transitions."""
         step = self.progress.step
-        self.beta = linear_schedule(step, self.args.beta0, 1.0, self.args.steps)
+        self.beta = linear_schedule(step, self.args.beta0, self.args.beta_end, self.args.steps)
         batch = self.memory.sample(self.args.batch_size, self.beta)
         result = self.agent.learn(batch)
-        self.memory.update_priorities(batch.indices, result.td_errors)  # uniform: never read
+        self.memory.update_priorities(batch.indices, result.priorities)  # uniform: never read
         self.updates += 1
         # Averages kept on the device, read when shown: a read per step would make the host wait
         # for every learning step on a GPU. A loss that stops being finite stays so in its average.
@@ -753,11 +754,12 @@ def agent_options(args: argparse.Namespace, env: AtariEnv | GymEnv) -> dict[str,
         "input_shape": input_shape(env),
         "lr": args.lr,
         "adam_eps": args.adam_eps,
-        "loss": args.loss,
+        "head": value_head(args),
         "grad_clip": args.grad_clip,
         "double": args.double,
         "dueling": args.dueling,
         "network": args.network,
+        "noisy_sigma0": args.noisy_sigma0 if args.noisy else None,
         "separate_target": args.target_every > 1,  # a target updated every step is the online network
         "augment": args.augment,
         "cuda_graphs": args.cuda_graphs,
@@ -794,7 +796,10 @@ def stack_rule(args: argparse.Namespace, env: AtariEnv | GymEnv | None = None) -
 
 def exploration(args: argparse.Namespace, step: int) -> float:
     """The training epsilon: --eps-start for --eps-decay-start steps, then linearly to --eps-end
-    over --eps-decay-steps."""
+    over --eps-decay-steps; 0 with --noisy, whose networks explore by their noise (Fortunato et al. 2018,
+    and Rainbow, Hessel et al. 2018)."""
+    if args.noisy:
+        return 0.0
     return linear_schedule(max(0, step - args.eps_decay_start), args.eps_start, args.eps_end, args.eps_decay_steps)
 
 

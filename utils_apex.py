@@ -7,9 +7,9 @@ the chunk's first-of-game flags and finished games, through Ray's object store; 
 n-step windows never mix two actors' frames.
 
 An actor sends step t only once it has played step t + n, when t's n-step window is
-complete: with ``td_errors`` it then computes t's TD error with its own network, exactly as
-the learner would (its network standing in for the target), and the prioritized memory gives
-the new transition that priority instead of the maximum.
+complete: with ``td_errors`` it then computes t's priority (its TD error, or C51's cross-entropy) with its
+own network, exactly as the learner would (its network standing in for the target), and the prioritized memory
+gives the new transition that priority instead of the maximum.
 
 ``ActorPool`` is the Ray side: it keeps ``PIPELINE`` calls in flight per actor, so an actor
 plays its next chunk while the learner takes the last one, and never more, which is the
@@ -144,7 +144,8 @@ class Actor:
         # Seeded per process: a restarted actor plays new games rather than replaying its first ones.
         seed = int(np.random.SeedSequence([config.seed, 2, index, self.process]).generate_state(1)[0])
         env = AtariEnv(seed=seed, **config.env)
-        self.epsilon = actor_epsilons(count)[index]
+        # Noisy networks explore by their noise, with no epsilon (Fortunato et al. 2018), as the single loop.
+        self.epsilon = actor_epsilons(count)[index] if config.agent.get("noisy_sigma0") is None else 0.0
         self.agent = Agent(env.n_actions, "cpu", seed=seed, **config.agent)
         # The steps not sent yet and the 3 before them, whose frames their stacks need.
         capacity = config.chunk_steps + config.n_step + STACK_DEPTH + 1
@@ -185,7 +186,7 @@ class Actor:
         if self.config.td_errors:
             complete = recent.sampleable(slots)  # not: the last step of a game cut by the frame limit
             if complete.any():
-                td_errors[complete] = self.agent.td_errors(recent.transitions(slots[complete]))
+                td_errors[complete] = self.agent.priorities(recent.transitions(slots[complete]))
         chunk = Chunk(
             actor=self.index,
             process=self.process,

@@ -37,7 +37,7 @@ from dqn_atari.utils_env import (
     resolve_env_id,
     saved_env_refusal,
 )
-from dqn_atari.utils_model import NETWORKS, network_size, smallest_input
+from dqn_atari.utils_model import NETWORKS, NOISY_SIGMA0, network_size, smallest_input
 from dqn_atari.utils_run import MEMORY_FILE, REWARDS_FILE, CheckpointError, load_checkpoint, load_newest_checkpoint
 
 # Options that may differ when a run is resumed; all others must match the saved run. Evaluations change nothing
@@ -73,7 +73,7 @@ DEVICE_HEADROOM = 2 * 2**30
 MIN_EPISODE_FRAMES = 100
 MIN_PLAY_FRAMES = FRAME_SKIP * (1 + 16)  # after the most no-ops: a FIRE step and 16 agent steps
 MAX_EPISODE_FRAMES = 2**31 - 4  # the ALE holds the limit in a C int; a multiple of the frame skip
-UNIT_INTERVAL = ("gamma", "eps_start", "eps_end", "eval_epsilon", "sticky_actions", "beta0")
+UNIT_INTERVAL = ("gamma", "eps_start", "eps_end", "eval_epsilon", "sticky_actions", "beta0", "beta_end")
 POSITIVE_FLOATS = ("lr", "adam_eps", "priority_eps")
 POSITIVE_INTS = (
     "steps", "memory_size", "batch_size", "train_every", "target_every", "eval_every", "eval_episodes", "n_step",
@@ -207,6 +207,62 @@ PRESETS: dict[str, dict[str, Any]] = {
         "eval_epsilon": 0.001,
         "save_memory": True,  # so that an interrupted run resumes as the same experiment (0.7 GB at 100k)
     },
+}
+# Data-Efficient Rainbow (van Hasselt et al. 2019) as Dopamine runs it for Atari 100k: the values of
+# dopamine/labs/atari_100k/configs/DER.gin (commit 5873f54), by line, and of the code it names. Its pipeline, replay
+# memory and evaluation are the atari100k preset's (the same gin lines and runner); these are what DER changes.
+PRESETS["der"] = {
+    **PRESETS["atari100k"],
+    "target_every": 2_000,  # target_update_period (line 15): every 2,000 updates, one per step (line 14)
+    "augment": "none",  # Atari100kRainbowAgent.data_augmentation = False (line 29)
+    "distributional": True,  # JaxFullRainbowAgent's default (full_rainbow_agent.py, line 257)
+    "atoms": 51,  # num_atoms (line 24)
+    "v_min": -10.0,  # -vmax (full_rainbow_agent.py, line 316)
+    "v_max": 10.0,  # vmax (line 25)
+    "noisy": True,  # line 21; with it the training epsilon is 0 (zero_epsilon, full_rainbow_agent.py line 335)
+    "noisy_sigma0": 0.1,  # NoisyNetwork's sigma_init, 0.1 / sqrt(inputs) (dopamine/jax/networks.py, line 504)
+    "prioritized": True,  # replay_scheme (line 26)
+    # Priorities sqrt(loss + 1e-10) and loss weights 1 / sqrt(P), divided by the batch's largest
+    # (atari_100k_rainbow_agent.py, lines 190-191 and 221): exponents 0.5, beta held at 0.5.
+    "alpha": 0.5,
+    "priority_eps": 1e-10,
+    "beta0": 0.5,
+    "beta_end": 0.5,
+}
+# Rainbow (Hessel et al. 2018): the values of the paper's Table 1, and where it gives none, of Dopamine's
+# dopamine/jax/agents/full_rainbow/configs/full_rainbow.gin (commit 5873f54), by line. The paper's protocol otherwise
+# (no sticky actions, up to 30 no-op frames); Dopamine adds sticky actions (line 32) and its noisy layers start at
+# sigma0 0.1 (networks.py, line 504).
+PRESETS["rainbow"] = {
+    "steps": 50_000_000,  # 200M frames (the paper; full_rainbow.gin lines 36-37: 200 iterations of 250,000 steps)
+    "memory_size": 1_000_000,  # ReplayBuffer.max_capacity (line 41)
+    "batch_size": 32,  # line 42
+    "learning_starts": 20_000,  # "min history to start learning": 80K frames (Table 1; line 11)
+    "train_every": 4,  # update_period (line 12)
+    "target_every": 8_000,  # "target network period": 32K frames (Table 1; line 13)
+    "gamma": 0.99,  # line 9
+    "n_step": 3,  # "multi-step returns n" (Table 1; line 10)
+    "lr": 6.25e-5,  # Adam's learning rate (Table 1; line 27)
+    "adam_eps": 1.5e-4,  # Adam's epsilon (Table 1; line 28)
+    "grad_clip": math.inf,  # Dopamine's optimizer does not clip
+    "double": True,  # line 21
+    "dueling": True,  # line 20
+    "network": "nature",  # the paper's convolutions and dueling streams (Dopamine's FullRainbowNetwork shares one layer)
+    "distributional": True,  # line 22: 51 atoms on [-10, 10] (Table 1)
+    "atoms": 51,
+    "v_min": -10.0,
+    "v_max": 10.0,  # line 23
+    "noisy": True,  # line 19: exploration by noise, epsilon 0 (Table 1)
+    "noisy_sigma0": 0.5,  # "noisy nets sigma0" (Table 1)
+    "prioritized": True,  # line 24: proportional (Table 1)
+    "alpha": 0.5,  # "prioritization exponent omega" (Table 1)
+    "beta0": 0.4,  # "prioritization importance sampling beta": 0.4 to 1 (Table 1)
+    "beta_end": 1.0,
+    "augment": "none",
+    "sticky_actions": 0.0,
+    "life_loss_terminal": False,  # Dopamine's AtariPreprocessing default (dopamine/discrete_domains/atari_lib.py, line 184)
+    "max_episode_frames": 108_000,  # Runner.max_steps_per_episode, 27,000 steps (line 39)
+    "eval_epsilon": 0.001,  # epsilon_eval (line 15)
 }
 
 
@@ -379,6 +435,26 @@ def build_parser() -> argparse.ArgumentParser:
     add("--eps-decay-start", type=int, default=0, help="steps at --eps-start before epsilon starts to decay")
     switch("--double", "Double DQN targets (van Hasselt et al. 2016)")
     switch("--dueling", "dueling network head (Wang et al. 2016)")
+    switch(
+        "--distributional",
+        "C51 (Bellemare et al. 2017): each action's return as a distribution over --atoms values from --v-min to "
+        "--v-max, a cross-entropy loss (also the priority), actions on the expected return",
+    )
+    add("--atoms", type=int, default=51, help="--distributional: the support's atoms")
+    add("--v-min", type=float, default=-10.0, help="--distributional: the support's lowest return")
+    add("--v-max", type=float, default=10.0, help="--distributional: the support's highest return")
+    switch(
+        "--noisy",
+        "noisy networks (Fortunato et al. 2018): factorised Gaussian noise in every fully connected layer, drawn "
+        "anew for each action choice and each learning step; training epsilon 0; evaluations on the mean weights",
+    )
+    add(
+        "--noisy-sigma0",
+        type=float,
+        default=NOISY_SIGMA0,
+        help="--noisy: the noise's initial scale, sigma0 / sqrt(inputs) (Fortunato et al.'s; Dopamine's Rainbow "
+        "and DER use 0.1)",
+    )
     add(
         "--network",
         choices=tuple(NETWORKS),
@@ -397,7 +473,8 @@ def build_parser() -> argparse.ArgumentParser:
     # Prioritized replay (Schaul et al. 2016, proportional variant).
     switch("--prioritized", "proportional prioritized experience replay")
     add("--alpha", type=float, default=0.6, help="priority exponent")
-    add("--beta0", type=float, default=0.4, help="initial importance-sampling exponent, annealed to 1")
+    add("--beta0", type=float, default=0.4, help="initial importance-sampling exponent, annealed to --beta-end")
+    add("--beta-end", type=float, default=1.0, help="importance-sampling exponent at --steps (--beta0's: held fixed)")
     add("--priority-eps", type=float, default=1e-6, help="added to |TD error| so no priority is zero")
     # Ape-X (Horgan et al. 2018): actor processes on Ray feed this process's learner.
     add("--actors", type=int, default=0, help="Ape-X actor processes on Ray (0: this process plays and learns)")
@@ -488,9 +565,10 @@ def parse_config(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, 
             due = f", its evaluation first{done}"
         print(f"Resuming from {resume_from} (step {checkpoint['run']['step']:,}{due})", flush=True)
         saved_steps = checkpoint["config"]["steps"]
-        if args.prioritized and args.steps != saved_steps:
+        if args.prioritized and args.steps != saved_steps and args.beta0 != args.beta_end:
             print(
-                f"Note: --steps {args.steps:,} (was {saved_steps:,}): prioritized replay's beta now reaches 1 at step "
+                f"Note: --steps {args.steps:,} (was {saved_steps:,}): prioritized replay's beta now reaches "
+                f"{args.beta_end:g} at step "
                 f"{args.steps:,}, not {saved_steps:,}, so from here it anneals on another schedule",
                 flush=True,
             )
@@ -643,6 +721,14 @@ def check_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         parser.error(f"--alpha must be 0 or more and finite, got {args.alpha}")
     if not args.grad_clip > 0.0:
         parser.error(f"--grad-clip must be positive (inf turns clipping off), got {args.grad_clip}")
+    if args.atoms < 2:
+        parser.error(f"--atoms must be 2 or more, got {args.atoms}")
+    if not -math.inf < args.v_min < args.v_max < math.inf:
+        parser.error(f"--v-min {args.v_min} must be below --v-max {args.v_max}, both finite")
+    if args.distributional and args.loss != "huber":
+        parser.error(f"--loss {args.loss} is the scalar head's: --distributional learns by its cross-entropy")
+    if not 0.0 < args.noisy_sigma0 < math.inf:
+        parser.error(f"--noisy-sigma0 must be positive and finite, got {args.noisy_sigma0}")
     frames = args.max_episode_frames
     if not MIN_EPISODE_FRAMES <= frames <= MAX_EPISODE_FRAMES or frames % FRAME_SKIP:
         parser.error(
@@ -783,7 +869,10 @@ def network_bytes(args: argparse.Namespace, input_shape: tuple[int, int, int]) -
     """Memory, at least, that the network of --network takes on states of ``input_shape``: to train (the online
     and target networks, the online one's gradients and Adam's two moments, and a batch's activations forward in
     both networks and backward), or to play a checkpoint (one network, one state's activations)."""
-    parameters, activations = network_size(1, input_shape, args.dueling, args.network)  # one action: at least
+    units = args.atoms if args.distributional else 1
+    parameters, activations = network_size(
+        1, input_shape, args.dueling, args.network, units, args.noisy
+    )  # 1 action: least
     if args.evaluate is not None:
         return 4 * (parameters + activations)
     return 4 * (5 * parameters + 3 * args.batch_size * activations)
@@ -849,8 +938,14 @@ def default_out(args: argparse.Namespace) -> str:
     """``runs/<Game>-seed<seed>``, then a tag for each learning variant the preset (if any) does
     not already set, then the preset's name: runs of different variants never share a folder."""
     recipe = PRESETS.get(args.preset, {})
-    tags = [tag for name, tag in (("prioritized", "per"), ("double", "double"), ("dueling", "dueling"))
-            if getattr(args, name) and not recipe.get(name)]  # fmt: skip
+    variants = (
+        ("prioritized", "per"),
+        ("double", "double"),
+        ("dueling", "dueling"),
+        ("distributional", "c51"),
+        ("noisy", "noisy"),
+    )
+    tags = [tag for name, tag in variants if getattr(args, name) and not recipe.get(name)]
     if args.n_step != recipe.get("n_step", 1):
         tags.append(f"n{args.n_step}")
     if args.actors:

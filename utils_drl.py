@@ -1,4 +1,5 @@
-"""The DQN agent: epsilon-greedy acting, Huber (or squared) TD learning, target network, its state."""
+"""The DQN agent: epsilon-greedy (or noisy) acting, TD learning through a value head (``utils_heads``), the
+target network, its state."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from dqn_atari.utils_heads import ScalarHead, ValueHead
 from dqn_atari.utils_model import QNetwork
 from dqn_atari.utils_types import Batch, LearnResult
 
@@ -23,10 +24,16 @@ def linear_schedule(step: int, start: float, end: float, duration: int) -> float
 
 
 class Agent:
-    """Online and target Q-networks (``utils_model.QNetwork``) with an Adam optimizer.
+    """Online and target Q-networks (``utils_model.QNetwork``) with an Adam optimizer, their outputs read
+    by a value head (``head``: one Q-value per action unless given).
 
-    ``learn`` takes per-sample importance weights and returns per-sample TD errors, so
+    ``learn`` takes per-sample importance weights and returns per-sample priorities, so
     uniform and prioritized replay both plug in without changing it.
+
+    With noisy layers (``noisy_sigma0``) the noise is drawn from the agent's own generator: anew for
+    each action selection, and for each learning step (one draw for the online network, used for both
+    its passes, another for the target network), as Rainbow; evaluations act on the mean weights
+    (``noise=False``), as Dopamine evaluates.
     """
 
     def __init__(
@@ -36,11 +43,12 @@ class Agent:
         *,
         lr: float = 1e-4,
         adam_eps: float = 1e-8,
-        loss: str = "huber",
+        head: ValueHead | None = None,
         grad_clip: float = 10.0,
         double: bool = False,
         dueling: bool = False,
         network: str = "nature",
+        noisy_sigma0: float | None = None,
         separate_target: bool = True,
         augment: str = "none",
         cuda_graphs: bool = True,
@@ -50,23 +58,25 @@ class Agent:
         self.n_actions = n_actions
         self.device = torch.device(device)
         self.grad_clip = grad_clip
-        self.loss_function = {"huber": F.smooth_l1_loss, "mse": F.mse_loss}[loss]
+        self.head = (head or ScalarHead()).to(self.device)
         self.double = double
         torch.manual_seed(seed)
         # Channels-last weights make the convolutions about 20% faster on a CPU (oneDNN kernels).
         layout = {"device": self.device, "memory_format": torch.channels_last}
-        self.online = QNetwork(n_actions, input_shape, dueling, network).to(**layout)
+        network_options = (n_actions, input_shape, dueling, network, self.head.units, noisy_sigma0)
+        self.online = QNetwork(*network_options).to(**layout)
         # Without a separate target network (a target update every step, as in the Atari 100k
         # recipes) the target is the online network itself: nothing to copy, one forward pass less.
         self.target = self.online
         if separate_target:
-            self.target = QNetwork(n_actions, input_shape, dueling, network).to(**layout)
+            self.target = QNetwork(*network_options).to(**layout)
             self.target.requires_grad_(False)
             self.sync_target()
         # The augmentation draws from its own generator on the host, so that a resumed run draws the
         # same values, on any device.
         self.augmentation = AUGMENTATIONS[augment]
         self.augment_rng = torch.Generator().manual_seed(seed) if self.augmentation else None
+        self.noise_rng = torch.Generator().manual_seed(seed) if noisy_sigma0 is not None else None
         # The fused kernel updates all parameters in one pass: a quarter off a CPU learning step.
         fused = True if self.device.type in ("cpu", "cuda") else None
         # On a GPU the learning step can be one CUDA graph (see GraphedLearning), the augmentation's
@@ -84,15 +94,18 @@ class Agent:
         # for the forward pass, so the buffer is free again before the next action.
         self.state_buffer = torch.empty(0, dtype=torch.uint8, pin_memory=self.device.type == "cuda")
 
-    def act(self, state: np.ndarray, epsilon: float, rng: np.random.Generator | None = None) -> int:
+    def act(self, state: np.ndarray, epsilon: float, rng: np.random.Generator | None = None, noise: bool = True) -> int:
         """Epsilon-greedy action for one (stack, H, W) uint8 state; a stack of multi-channel frames,
         (stack, channels, H, W), is read as stack x channels channels, as the replay memory's batches."""
-        return int(self.act_all(state[None], epsilon, [self.rng if rng is None else rng])[0])
+        return int(self.act_all(state[None], epsilon, [self.rng if rng is None else rng], noise)[0])
 
-    def act_all(self, states: np.ndarray, epsilon: float, rngs: list[np.random.Generator] | None = None) -> np.ndarray:
+    def act_all(
+        self, states: np.ndarray, epsilon: float, rngs: list[np.random.Generator] | None = None, noise: bool = True
+    ) -> np.ndarray:
         """Epsilon-greedy actions for a batch of states, one per game: game i explores with its own
         generator ``rngs[i]`` (default: the agent's, drawn game after game), and the greedy ones share one
-        forward pass. One game's draws are ``act``'s."""
+        forward pass (and one draw of a noisy network's noise; ``noise=False``: its mean weights). One
+        game's draws are ``act``'s."""
         rngs = [self.rng] * len(states) if rngs is None else rngs
         actions = np.empty(len(states), dtype=np.int64)
         greedy = []
@@ -102,22 +115,34 @@ class Agent:
             else:
                 greedy.append(game)
         if len(greedy) == len(states):  # the common case once epsilon is low: no copy of the batch
-            actions[:] = self.greedy(states)
+            actions[:] = self.greedy(states, noise)
         elif greedy:
-            actions[greedy] = self.greedy(states[greedy])
+            actions[greedy] = self.greedy(states[greedy], noise)
         return actions
 
-    def greedy(self, states: np.ndarray) -> np.ndarray:
+    def act_evaluating(
+        self, states: np.ndarray, epsilon: float, rngs: list[np.random.Generator] | None = None
+    ) -> np.ndarray:
+        """``act_all`` as evaluations act: a noisy network on its mean weights."""
+        return self.act_all(states, epsilon, rngs, noise=False)
+
+    def greedy(self, states: np.ndarray, noise: bool = True) -> np.ndarray:
         """The greedy actions of a batch of states (B, stack, H, W), or (B, stack, channels, H, W)."""
         states = states.reshape(len(states), -1, *states.shape[-2:])
+        if self.noise_rng is not None:
+            self.online.set_noise(self.noise_rng if noise else None)
         if self.graphed_acts:
             graph = self.graphed_acting.get(states.shape)
             if graph is None:  # one graph per batch size: the games still playing change it
-                graph = self.graphed_acting[states.shape] = GraphedActing(self.online, states.shape, self.device)
+                graph = self.graphed_acting[states.shape] = GraphedActing(self.q_values, states.shape, self.device)
             return graph(self.pinned(states))
         with torch.inference_mode():
-            q_values = self.online(self.on_device(states))
+            q_values = self.q_values(self.on_device(states))
         return q_values.argmax(dim=1).cpu().numpy()
+
+    def q_values(self, states: torch.Tensor) -> torch.Tensor:
+        """The online network's action values of a batch of states, as its head reads them."""
+        return self.head.q_values(self.online(states))
 
     def on_device(self, state: np.ndarray) -> torch.Tensor:
         """States on the device: through the page-locked buffer on a GPU, shared on the CPU."""
@@ -133,28 +158,30 @@ class Agent:
         return self.state_buffer
 
     def td_targets(self, batch: Batch) -> torch.Tensor:
-        """The n-step return plus the discounted max_a' Q_target(s', a') (or the Double DQN value);
-        the discount is gamma ** n, or 0 when the window ended with a terminal step."""
+        """The head's target from the target network's outputs at the next state and the action that
+        maximises its values there (Double DQN: the online network's values; with the target network the
+        online one, that is the same action)."""
         with torch.no_grad():
-            next_q_target = self.target(batch.next_states)
-            # With the target network the online one, Double DQN's target is the plain max.
+            next_target = self.target(batch.next_states)
+            chooser = next_target
             if self.double and self.target is not self.online:
-                best = self.online(batch.next_states).argmax(dim=1, keepdim=True)
-                next_q = next_q_target.gather(1, best).squeeze(1)
-            else:
-                next_q = next_q_target.max(dim=1).values
-            return batch.returns + batch.discounts * next_q
+                chooser = self.online(batch.next_states)
+            best = self.head.q_values(chooser).argmax(dim=1)
+            return self.head.target(batch, taken(next_target, best))
 
-    def td_errors(self, batch: Batch) -> np.ndarray:
-        """|target - Q(s, a)| of each transition, as ``learn`` computes it, without learning."""
+    def priorities(self, batch: Batch) -> np.ndarray:
+        """Each transition's priority as ``learn`` computes it (|TD error| for the scalar head), without learning."""
+        self._draw_learning_noise()
         with torch.no_grad():
-            return (self.td_targets(batch) - self._taken_q(batch)).abs().cpu().numpy()
+            targets = self.td_targets(batch)
+            return self.head.losses(taken(self.online(batch.states), batch.actions), targets)[1].cpu().numpy()
 
     def learn(self, batch: Batch) -> LearnResult:
         """One gradient step on the importance-weighted TD loss (on augmented frames with an
         ``augment`` other than none: the states, then the next states, each get their own draws).
         Its results stay on the device: reading them makes the host wait for the step."""
         draws = self._augment_draws(batch.states.shape[0])
+        self._draw_learning_noise()  # into the networks' buffers, which a graph reads in place
         if self.graphs:
             stale = self.graphed is not None and self.graphed.batch.states.shape != batch.states.shape
             if (self.graphed is None or stale) and self.eager_steps >= GraphedLearning.WARMUP_STEPS:
@@ -171,6 +198,12 @@ class Agent:
             return result
         return self._step(batch, draws)
 
+    def _draw_learning_noise(self) -> None:
+        """A learning step's noise: the online network's, then the target network's."""
+        if self.noise_rng is not None:
+            for network in dict.fromkeys((self.online, self.target)):  # one draw when they are one network
+                network.set_noise(self.noise_rng)
+
     def _augment_draws(self, batch_size: int) -> AugmentDraws | None:
         """The augmentation's draws for one batch, on the device: the states' shifts and intensities,
         then the next states'."""
@@ -185,19 +218,17 @@ class Agent:
                 states=self.augmentation.apply(batch.states, draws.state_shifts, draws.state_factors),
                 next_states=self.augmentation.apply(batch.next_states, draws.next_shifts, draws.next_factors),
             )
-        q = self._taken_q(batch)
+        outputs = taken(self.online(batch.states), batch.actions)
         targets = self.td_targets(batch)
-        loss = (batch.weights * self.loss_function(q, targets, reduction="none")).mean()
+        losses, priorities = self.head.losses(outputs, targets)
+        loss = (batch.weights * losses).mean()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if math.isfinite(self.grad_clip):  # an infinite clip only scales by 1: 3% of a step saved
             torch.nn.utils.clip_grad_norm_(self.online.parameters(), self.grad_clip)
         self.optimizer.step()
-        q = q.detach()
-        return LearnResult(loss.detach(), q.mean(), (targets - q).abs())
-
-    def _taken_q(self, batch: Batch) -> torch.Tensor:
-        return self.online(batch.states).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
+        mean_q = self.head.q_values(outputs.detach()[:, None]).mean()
+        return LearnResult(loss.detach(), mean_q, priorities)
 
     def weights_finite(self) -> bool:
         return all(bool(torch.isfinite(weights).all()) for weights in self.online.parameters())
@@ -215,6 +246,8 @@ class Agent:
         }
         if self.augment_rng is not None:
             state["shift_rng"] = self.augment_rng.get_state()  # the key of checkpoints from before intensity
+        if self.noise_rng is not None:
+            state["noise_rng"] = self.noise_rng.get_state()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -234,6 +267,14 @@ class Agent:
         self.rng.bit_generator.state = state["rng"]
         if self.augment_rng is not None:
             self.augment_rng.set_state(state["shift_rng"])
+        if self.noise_rng is not None:
+            self.noise_rng.set_state(state["noise_rng"])
+
+
+def taken(outputs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """The (B, units) outputs of each sample's action, of a network's (B, actions, units) outputs."""
+    index = actions.view(-1, 1, 1).expand(-1, 1, outputs.shape[2])
+    return outputs.gather(1, index).squeeze(1)
 
 
 def shift_frames(frames: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
@@ -309,21 +350,23 @@ class GraphedActing:
     """The greedy actions of a batch of states as a CUDA graph: the forward pass and the argmax of a
     small batch are some twenty small kernels, whose launches from the host take longer than the GPU
     takes to run them, and the loop waits for each action. The graph reads the online network's
-    parameters in place, so learning steps and target syncs need no new capture."""
+    parameters (and noise) in place, so learning steps and target syncs need no new capture."""
 
     WARMUP_STEPS = 3
 
-    def __init__(self, network: torch.nn.Module, batch_shape: tuple[int, ...], device: torch.device) -> None:
+    def __init__(
+        self, q_values: Callable[[torch.Tensor], torch.Tensor], batch_shape: tuple[int, ...], device: torch.device
+    ) -> None:
         self.states = torch.zeros(batch_shape, dtype=torch.uint8, device=device)
         side = torch.cuda.Stream(device)  # warm-up beside the capture's stream, as for learning
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side), torch.no_grad():
             for _ in range(self.WARMUP_STEPS):
-                network(self.states).argmax(dim=1)
+                q_values(self.states).argmax(dim=1)
         torch.cuda.current_stream(device).wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
         with torch.no_grad(), torch.cuda.graph(self.graph):
-            self.actions = network(self.states).argmax(dim=1)
+            self.actions = q_values(self.states).argmax(dim=1)
 
     def __call__(self, states: torch.Tensor) -> np.ndarray:
         """The actions of ``states`` (on the device, or in page-locked host memory)."""

@@ -1,5 +1,6 @@
 """The Q-network: the Nature DQN network (Mnih et al. 2015), optionally with a dueling head (Wang et
-al. 2016), in three variants (``--network``) that share this one class:
+al. 2016) and noisy fully connected layers (Fortunato et al. 2018), in three variants (``--network``) that share
+this one class:
 
 - ``nature``: the paper's. Unpadded ("VALID") convolutions, 20x20, 9x9 and 7x7 outputs, 3,136
   features into the 512-unit layer; a dueling head has two separate 512-unit streams, one for the
@@ -16,13 +17,18 @@ al. 2016), in three variants (``--network``) that share this one class:
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 NATURE_CONVOLUTIONS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))  # (channels, kernel, stride), Mnih et al. 2015
+NOISY_SIGMA0 = (
+    0.5  # Fortunato et al. (2018), section 3.2, for factorised noise; Rainbow's (Hessel et al. 2018, Table 1)
+)
 
 
 class NetworkSpec(NamedTuple):
@@ -56,13 +62,15 @@ def smallest_input(network: str) -> int:
     return size
 
 
-def network_size(n_actions: int, input_shape: tuple[int, int, int], dueling: bool, network: str) -> tuple[int, int]:
+def network_size(
+    n_actions: int, input_shape: tuple[int, int, int], dueling: bool, network: str, units: int = 1, noisy: bool = False
+) -> tuple[int, int]:
     """The parameters of ``network`` on states of ``input_shape``, and the floats its forward pass holds for one
     state (the scaled input and every layer's output); built on the meta device, so nothing is allocated, however
     large the frames."""
     outputs: list[int] = []
     with torch.device("meta"):
-        model = QNetwork(n_actions, input_shape, dueling, network)
+        model = QNetwork(n_actions, input_shape, dueling, network, units, NOISY_SIGMA0 if noisy else None)
         for module in model.modules():
             if not list(module.children()):
                 module.register_forward_hook(lambda _module, _input, output: outputs.append(output.numel()))
@@ -72,8 +80,9 @@ def network_size(n_actions: int, input_shape: tuple[int, int, int], dueling: boo
 
 class QNetwork(nn.Module):
     """The convolutions of the variant ``network`` names (a key of ``NETWORKS``; Nature's: conv
-    32x8x8/4, 64x4x4/2, 64x3x3/1, fc 512), one output per action (a dueling head: a value and one
-    advantage per action).
+    32x8x8/4, 64x4x4/2, 64x3x3/1, fc 512), ``units`` outputs per action, (B, actions, units): one for a
+    Q-value, a distribution's logits for C51 (a dueling head: a value and one advantage per action, each
+    ``units`` wide). With ``noisy_sigma0`` every fully connected layer is a ``NoisyLinear``.
 
     ``input_shape`` is (channels, height, width) of one state: 4 stacked 84x84 frames for Atari.
     Takes uint8 states (or float ones on the same 0-255 scale) and scales them to [0, 1] itself, so
@@ -86,6 +95,8 @@ class QNetwork(nn.Module):
         input_shape: tuple[int, int, int] = (4, 84, 84),
         dueling: bool = False,
         network: str = "nature",
+        units: int = 1,
+        noisy_sigma0: float | None = None,
     ) -> None:
         super().__init__()
         spec = NETWORKS[network]
@@ -112,15 +123,19 @@ class QNetwork(nn.Module):
             )
         self.features = nn.Sequential(*layers, nn.Flatten())
         n_features, hidden = channels * height * width, spec.hidden_units
+        self.n_actions, self.units = n_actions, units
         self.dueling = dueling
+        linear = nn.Linear if noisy_sigma0 is None else functools.partial(NoisyLinear, sigma0=noisy_sigma0)
         if spec.shared_dueling_layer:
-            self.hidden = nn.Sequential(nn.Linear(n_features, hidden), nn.ReLU())
-            self.head = nn.Linear(hidden, n_actions)
-            self.value = nn.Linear(hidden, 1) if dueling else None
+            self.hidden = nn.Sequential(linear(n_features, hidden), nn.ReLU())
+            self.head = linear(hidden, n_actions * units)
+            self.value = linear(hidden, units) if dueling else None
         else:
             self.hidden = nn.Identity()
-            self.head = _mlp(n_features, hidden, n_actions)
-            self.value = _mlp(n_features, hidden, 1) if dueling else None
+            self.head = nn.Sequential(linear(n_features, hidden), nn.ReLU(), linear(hidden, n_actions * units))
+            self.value = (
+                nn.Sequential(linear(n_features, hidden), nn.ReLU(), linear(hidden, units)) if dueling else None
+            )
         if spec.glorot_init:
             for module in self.modules():
                 if isinstance(module, nn.Conv2d | nn.Linear):
@@ -132,12 +147,48 @@ class QNetwork(nn.Module):
         # last, and would otherwise convert the float batch, twice per learning step.
         frames = frames.contiguous(memory_format=torch.channels_last)
         features = self.hidden(self.features(frames / 255.0))  # uint8 in, float32 out, in one kernel
+        advantages = self.head(features).view(-1, self.n_actions, self.units)
         if self.value is None:
-            return self.head(features)
-        advantages = self.head(features)
-        # Subtracting the mean advantage makes the value/advantage split identifiable.
-        return self.value(features) + advantages - advantages.mean(dim=1, keepdim=True)
+            return advantages
+        # Subtracting the mean advantage makes the value/advantage split identifiable (C51: atom by atom).
+        return self.value(features).view(-1, 1, self.units) + advantages - advantages.mean(dim=1, keepdim=True)
+
+    def set_noise(self, generator: torch.Generator | None) -> None:
+        """New noise in every noisy layer, drawn from ``generator`` layer after layer; None: the noise off (the
+        mean weights)."""
+        for module in self.modules():
+            if isinstance(module, NoisyLinear):
+                module.set_noise(generator)
 
 
-def _mlp(n_in: int, hidden: int, n_out: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(n_in, hidden), nn.ReLU(), nn.Linear(hidden, n_out))
+class NoisyLinear(nn.Module):
+    """A fully connected layer with learned, factorised Gaussian noise (Fortunato et al. 2018, section 3):
+    weights mu_w + sigma_w * f(e_out) f(e_in)^T and biases mu_b + sigma_b * f(e_out), e_in and e_out standard
+    normal, f(x) = sgn(x) sqrt(|x|) (their equations 10-11). mu starts uniform in +-1/sqrt(inputs), sigma at
+    sigma0 / sqrt(inputs) (section 3.2). The noise is drawn by ``set_noise`` (the agent decides when) and is
+    part of no state dict: it is redrawn before each use."""
+
+    def __init__(self, n_in: int, n_out: int, sigma0: float) -> None:
+        super().__init__()
+        bound, sigma = 1 / math.sqrt(n_in), sigma0 / math.sqrt(n_in)
+        self.weight_mu = nn.Parameter(torch.empty(n_out, n_in).uniform_(-bound, bound))
+        self.weight_sigma = nn.Parameter(torch.full((n_out, n_in), sigma))
+        self.bias_mu = nn.Parameter(torch.empty(n_out).uniform_(-bound, bound))
+        self.bias_sigma = nn.Parameter(torch.full((n_out,), sigma))
+        self.register_buffer("noise_in", torch.zeros(n_in), persistent=False)
+        self.register_buffer("noise_out", torch.zeros(n_out), persistent=False)
+
+    def set_noise(self, generator: torch.Generator | None) -> None:
+        if generator is None:
+            self.noise_in.zero_()
+            self.noise_out.zero_()
+            return
+        for noise in (self.noise_in, self.noise_out):  # drawn on the host: the same noise on any device
+            drawn = torch.randn(len(noise), generator=generator)
+            noise.copy_(drawn.sign() * drawn.abs().sqrt())
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        # (sigma_w * f(e_out) f(e_in)^T) x = f(e_out) * (sigma_w (f(e_in) * x)): the noise's product with the
+        # inputs without the noisy weight matrix, whose millions of entries cost more than a second product.
+        noise = F.linear(inputs * self.noise_in, self.weight_sigma) * self.noise_out
+        return F.linear(inputs, self.weight_mu, self.bias_mu) + noise + self.bias_sigma * self.noise_out

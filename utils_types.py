@@ -36,7 +36,7 @@ class LearnResult(NamedTuple):
 
     loss: torch.Tensor  # () float32
     mean_q: torch.Tensor  # () float32
-    td_errors: torch.Tensor  # (B,) float32 |target - Q(s, a)|, for priority updates
+    priorities: torch.Tensor  # (B,) float32, for priority updates: |target - Q(s, a)|, or C51's cross-entropy
 
 
 class GameResult(NamedTuple):

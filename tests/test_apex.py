@@ -22,6 +22,7 @@ from test_main import games, rewards, run_main
 from dqn_atari import main, utils_apex, utils_config
 from dqn_atari.utils_apex import Actor, ActorConfig, actor_epsilons, export_weights
 from dqn_atari.utils_drl import Agent
+from dqn_atari.utils_heads import CategoricalHead, ScalarHead
 from dqn_atari.utils_memory import PrioritizedReplayMemory
 from dqn_atari.utils_run import load_checkpoint
 
@@ -59,14 +60,14 @@ def test_epsilon_ladder():
     assert np.all(np.diff(actor_epsilons(8)) < 0)
 
 
-@pytest.mark.parametrize("n_step", [1, 3])
-def test_chunks_rebuild_the_actors_transitions_and_td_errors_in_the_learners_memory(n_step):
+@pytest.mark.parametrize("n_step,head", [(1, ScalarHead()), (3, ScalarHead()), (3, CategoricalHead())])
+def test_chunks_rebuild_the_actors_transitions_and_td_errors_in_the_learners_memory(n_step, head):
     """Chunk after chunk into one stream of a two-stream memory: the learner's stacks and
-    n-step windows, rebuilt across chunk boundaries, give exactly the TD errors the actor sent,
-    and the sum tree holds the priorities of those errors."""
-    config = ActorConfig(PONG, {}, 0, n_step, 0.99, chunk_steps=30, weights_every=1, td_errors=True)
+    n-step windows, rebuilt across chunk boundaries, give exactly the priorities the actor sent
+    (TD errors, or C51's cross-entropies), and the sum tree holds the priorities of those errors."""
+    config = ActorConfig(PONG, {"head": head}, 0, n_step, 0.99, chunk_steps=30, weights_every=1, td_errors=True)
     actor = Actor(config, index=1, count=2)
-    learner = Agent(actor.agent.n_actions, seed=5)
+    learner = Agent(actor.agent.n_actions, seed=5, head=head)
     weights = export_weights(learner.online, version=0)
     memory = PrioritizedReplayMemory(1000, n_step=n_step, streams=2)
     sent = []
@@ -84,7 +85,7 @@ def test_chunks_rebuild_the_actors_transitions_and_td_errors_in_the_learners_mem
     # The newest n steps wait for the frames of their windows, which the next chunk brings.
     assert np.array_equal(sampleable[:-n_step], ~np.isnan(sent[:-n_step]))
     assert not (sampleable & np.isnan(sent)).any()
-    learner_errors = learner.td_errors(memory.transitions(slots[sampleable]))
+    learner_errors = learner.priorities(memory.transitions(slots[sampleable]))
     assert np.allclose(learner_errors, sent[sampleable], atol=1e-5)
     assert np.allclose(memory.tree.leaves[slots[sampleable]], memory.priority(sent[sampleable]))
     assert memory.starts[slots].sum() >= 2  # a game cut by the frame limit, and the next

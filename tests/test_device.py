@@ -216,11 +216,11 @@ def test_the_graphed_action_follows_the_learning_weights():
     def assert_acts_as_eager() -> None:
         states = rng.integers(0, 256, (40, 4, 84, 84), dtype=np.uint8)
         with torch.no_grad():  # one state at a time, as the graph has it: the same kernels
-            expected = [int(agent.online(torch.from_numpy(state[None]).cuda()).argmax()) for state in states]
+            expected = [int(agent.q_values(torch.from_numpy(state[None]).cuda()).argmax()) for state in states]
         assert [agent.act(state, 0.0) for state in states] == expected
         for size in (3, 8):  # a graph per batch size, as --envs and --eval-envs ask
             with torch.no_grad():
-                batch = agent.online(torch.from_numpy(states[:size]).cuda()).argmax(dim=1).tolist()
+                batch = agent.q_values(torch.from_numpy(states[:size]).cuda()).argmax(dim=1).tolist()
             assert agent.act_all(states[:size], 0.0).tolist() == batch
 
     assert_acts_as_eager()

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dqn_atari.utils_drl import AUGMENTATIONS, Agent, Augmentation, linear_schedule, shift_frames
+from dqn_atari.utils_heads import ScalarHead
 from dqn_atari.utils_model import NETWORKS, QNetwork, smallest_input
 from dqn_atari.utils_run import CheckpointError, load_checkpoint, save_checkpoint
 from dqn_atari.utils_types import Batch
@@ -27,11 +28,11 @@ def test_linear_schedule_nature_epsilon():
 def test_nature_cnn_shape_and_size():
     model = QNetwork(4)
     out = model(torch.zeros(2, 4, 84, 84, dtype=torch.uint8))
-    assert out.shape == (2, 4)
+    assert out.shape == (2, 4, 1)  # (batch, actions, units): one unit, a Q-value
     # conv 8224 + 32832 + 36928, fc 3136*512+512, head 512*4+4 (Mnih et al. 2015)
     assert sum(p.numel() for p in model.parameters()) == 1_686_180
     dueling = QNetwork(6, dueling=True)
-    assert dueling(torch.zeros(3, 4, 84, 84, dtype=torch.uint8)).shape == (3, 6)
+    assert dueling(torch.zeros(3, 4, 84, 84, dtype=torch.uint8)).shape == (3, 6, 1)
     # Two 512-unit streams: the value's adds 3136*512+512 + 513 (Wang et al. 2016)
     assert sum(p.numel() for p in dueling.parameters()) == 1_686_180 + 2 * 513 + 1_606_144 + 513
 
@@ -52,7 +53,8 @@ def test_dopamine_network_is_same_padded_shared_and_glorot_initialised():
     assert torch.allclose(network.features(frames / 255.0), x.flatten(1), atol=1e-5)
     hidden = F.relu(network.hidden[0](x.flatten(1)))
     value, advantages = network.value(hidden), network.head(hidden)
-    assert torch.allclose(network(frames), value + advantages - advantages.mean(1, keepdim=True), atol=1e-5)
+    expected = value + advantages - advantages.mean(1, keepdim=True)
+    assert torch.allclose(network(frames).squeeze(2), expected, atol=1e-5)
     # conv 8224 + 32832 + 36928, fc 7744*512+512, advantages 512*6+6, value 513
     assert sum(p.numel() for p in network.parameters()) == 77_984 + 3_965_440 + 3_078 + 513
     for module in (*convolutions, network.hidden[0], network.head, network.value):
@@ -61,17 +63,17 @@ def test_dopamine_network_is_same_padded_shared_and_glorot_initialised():
         assert module.weight.abs().max() <= bound and module.weight.abs().max() > 0.95 * bound
         assert module.weight.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.05)
         assert not module.bias.any()
-    assert QNetwork(6, network="dopamine")(frames).shape == (2, 6)
+    assert QNetwork(6, network="dopamine")(frames).shape == (2, 6, 1)
 
 
 def test_minatar_network_is_young_and_tians_and_frames_too_small_are_refused():
     """--network minatar as MinAtar's examples/dqn.py: conv 16x3x3/1 unpadded (8x8 out of 10x10), fc 128."""
     network = QNetwork(3, (4, 10, 10), network="minatar")
-    assert network(torch.zeros(5, 4, 10, 10, dtype=torch.uint8)).shape == (5, 3)
+    assert network(torch.zeros(5, 4, 10, 10, dtype=torch.uint8)).shape == (5, 3, 1)
     # conv 4*9*16+16, fc 8*8*16*128+128, head 128*3+3
     assert sum(p.numel() for p in network.parameters()) == 592 + 131_200 + 387
     assert (smallest_input("nature"), smallest_input("minatar"), smallest_input("dopamine")) == (36, 3, 1)
-    assert QNetwork(2, (4, 36, 36))(torch.zeros(1, 4, 36, 36)).shape == (1, 2)  # the smallest the Nature one reads
+    assert QNetwork(2, (4, 36, 36))(torch.zeros(1, 4, 36, 36)).shape == (1, 2, 1)  # the smallest the Nature one reads
     with pytest.raises(ValueError, match="the nature network needs frames of at least 36x36 pixels, these are 35x84"):
         QNetwork(2, (4, 35, 84))
     # Frames need not be square: SAME padding per axis (84 -> 21, 11, 11; 60 -> 15, 8, 8).
@@ -86,7 +88,7 @@ class PixelQ(nn.Module):
         self.row = row
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x[:, -1, self.row, :3].float()
+        return x[:, -1, self.row, :3, None].float()  # (B, actions, 1 unit)
 
 
 def make_batch(next_q_rows, returns, discounts, states=None) -> Batch:
@@ -242,18 +244,18 @@ def real_batch(n=8, seed=0) -> Batch:
 
 @pytest.mark.parametrize("loss", ["huber", "mse"])
 def test_learn_reports_td_errors_and_weighted_loss(loss):
-    agent = Agent(4, seed=1, lr=1e-3, loss=loss)
+    agent = Agent(4, seed=1, lr=1e-3, head=ScalarHead(loss))
     batch = real_batch()
     batch = batch._replace(returns=3 * batch.returns)  # TD errors on both sides of Huber's kink at 1
     with torch.no_grad():
-        q = agent.online(batch.states).gather(1, batch.actions[:, None]).squeeze(1)
+        q = agent.q_values(batch.states).gather(1, batch.actions[:, None]).squeeze(1)
         targets = agent.td_targets(batch)
     td = targets - q
     assert (td.abs() > 1).any() and (td.abs() < 1).any()
     huber = torch.where(td.abs() < 1, 0.5 * td**2, td.abs() - 0.5)
     expected = huber if loss == "huber" else td**2
     result = agent.learn(batch)
-    assert np.allclose(result.td_errors, td.abs().numpy(), atol=1e-6)
+    assert np.allclose(result.priorities, td.abs().numpy(), atol=1e-6)
     assert result.loss == pytest.approx((batch.weights * expected).mean().item(), rel=1e-5)
     assert result.mean_q == pytest.approx(q.mean().item(), rel=1e-5, abs=1e-6)
 
@@ -286,7 +288,7 @@ def test_zero_weights_leave_the_network_unchanged_and_repeated_steps_fit():
 def test_epsilon_greedy():
     agent = Agent(4, seed=3)
     state = np.zeros((4, 84, 84), dtype=np.uint8)
-    greedy = int(agent.online(torch.from_numpy(state)[None]).argmax())
+    greedy = int(agent.q_values(torch.from_numpy(state)[None]).argmax())
     assert {agent.act(state, 0.0) for _ in range(20)} == {greedy}
     counts = np.bincount([agent.act(state, 1.0) for _ in range(4000)], minlength=4)
     assert counts.min() > 850  # uniform: 1000 each

@@ -46,7 +46,7 @@ def test_act_all_draws_as_act_does_one_game_after_another():
     alone = [one.act(state, 0.5, np.random.default_rng(seed)) for seed, state in enumerate(states)]
     assert batched.act_all(states, 0.5, rngs).tolist() == alone
     with torch.no_grad():
-        greedy = one.online(torch.from_numpy(states)).argmax(dim=1).tolist()
+        greedy = one.q_values(torch.from_numpy(states)).argmax(dim=1).tolist()
     assert batched.act_all(states, 0.0).tolist() == greedy
 
 

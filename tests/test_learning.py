@@ -6,7 +6,9 @@ import pytest
 from catch import FRAME_SIZE, Catch
 from dqn_atari.utils_drl import Agent, linear_schedule
 from dqn_atari.utils_env import FrameStack, Player
+from dqn_atari.utils_heads import CategoricalHead
 from dqn_atari.utils_memory import PrioritizedReplayMemory, ReplayMemory
+from dqn_atari.utils_model import NOISY_SIGMA0
 
 STEPS = 3000
 LEARNING_STARTS = 200
@@ -17,34 +19,50 @@ def success_rate(agent: Agent, episodes: int = 100) -> float:
     for _ in range(episodes):
         state, done = stack.reset(env.reset()), False
         while not done:
-            result = env.step(agent.act(state, 0.0))
+            result = env.step(agent.act(state, 0.0, noise=False))  # a noisy network on its mean weights
             state, done = stack.push(result.frame), result.terminated
         caught += result.reward > 0
     return caught / episodes
 
 
+C51 = {"head": CategoricalHead(51, -10.0, 10.0)}
+NOISY = {"noisy_sigma0": NOISY_SIGMA0}
+
+
 @pytest.mark.parametrize(
-    "prioritized,n_step,device",
+    "prioritized,n_step,device,options",
     [
-        (False, 1, "cpu"),
-        (True, 1, "cpu"),
-        (False, 3, "cpu"),
-        pytest.param(True, 1, "cuda", marks=pytest.mark.cuda),  # frames on the GPU
+        (False, 1, "cpu", {}),
+        (True, 1, "cpu", {}),
+        (False, 3, "cpu", {}),
+        (True, 3, "cpu", C51),
+        (False, 1, "cpu", NOISY),
+        pytest.param(True, 1, "cuda", {}, marks=pytest.mark.cuda),  # frames on the GPU
+        pytest.param(True, 3, "cuda", {**C51, **NOISY}, marks=pytest.mark.cuda),
     ],
-    ids=["uniform", "prioritized", "uniform-3-step", "prioritized-cuda"],
+    ids=[
+        "uniform",
+        "prioritized",
+        "uniform-3-step",
+        "c51-prioritized-3-step",
+        "noisy",
+        "prioritized-cuda",
+        "c51-noisy-cuda",
+    ],
 )
-def test_agent_learns_catch(prioritized, n_step, device):
+def test_agent_learns_catch(prioritized, n_step, device, options):
     memory_type = PrioritizedReplayMemory if prioritized else ReplayMemory
     memory = memory_type(5000, frame_shape=(FRAME_SIZE, FRAME_SIZE), seed=0, n_step=n_step, gamma=0.9,
                          device=device, frames_on_device=device != "cpu")  # fmt: skip
-    agent = Agent(Catch.n_actions, device, lr=1e-3, input_shape=(4, FRAME_SIZE, FRAME_SIZE), seed=0)
+    agent = Agent(Catch.n_actions, device, lr=1e-3, input_shape=(4, FRAME_SIZE, FRAME_SIZE), seed=0, **options)
     player = Player(Catch(seed=0), memory)
     before = success_rate(agent)
     for step in range(1, STEPS + 1):
-        player.step(agent.act(player.state, linear_schedule(step, 1.0, 0.05, STEPS // 2)))
+        epsilon = 0.0 if "noisy_sigma0" in options else linear_schedule(step, 1.0, 0.05, STEPS // 2)
+        player.step(agent.act(player.state, epsilon))
         if step > LEARNING_STARTS:
             batch = memory.sample(32, linear_schedule(step, 0.4, 1.0, STEPS))
-            memory.update_priorities(batch.indices, agent.learn(batch).td_errors)
+            memory.update_priorities(batch.indices, agent.learn(batch).priorities)
         if step % 100 == 0:
             agent.sync_target()
     after = success_rate(agent)

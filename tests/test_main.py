@@ -154,8 +154,10 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes_at_its_step(tmp_path):
         [],
         ["--augment", "shift", "--target-every", "1", "--double", "--dueling", "--n-step", "3", "--train-every", "1"],
         [*DOPAMINE_PIPELINE, "--target-every", "1", "--double", "--dueling", "--n-step", "3", "--train-every", "1"],
+        # beta held at 1: prioritized replay anneals it to 1 at --steps, which the split run's first part changes.
+        ["--distributional", "--noisy", "--prioritized", "--beta0", "1", "--double", "--dueling", "--n-step", "3"],
     ],
-    ids=["nature", "atari100k-v1-like", "atari100k-like"],
+    ids=["nature", "atari100k-v1-like", "atari100k-like", "rainbow-like"],
 )
 def test_resume_with_saved_memory_is_equivalent_to_an_uninterrupted_run(tmp_path, recipe):
     common = [*TINY, *recipe, "--eval-every", "150", "--save-memory", "--seed", "3"]
@@ -191,6 +193,11 @@ def test_evaluations_may_change_on_resume_and_training_stays_bit_identical(tmp_p
         (["--batch-size", "64", "--memory-size", "50", "--learning-starts", "40"], "exceeds --memory-size"),
         (["--steps", "1000", "--learning-starts", "5000"], "must be below --steps"),
         (["--eval-epsilon", "1.5"], "--eval-epsilon must be within [0, 1]"),
+        (["--beta-end", "2"], "--beta-end must be within [0, 1]"),
+        (["--distributional", "--atoms", "1"], "--atoms must be 2 or more, got 1"),
+        (["--v-min", "5", "--v-max", "5"], "--v-min 5.0 must be below --v-max 5.0"),
+        (["--distributional", "--loss", "mse"], "--distributional learns by its cross-entropy"),
+        (["--noisy", "--noisy-sigma0", "0"], "--noisy-sigma0 must be positive and finite"),
         (["--resume", "no/such/run"], "cannot resume: no run folder"),
     ],
 )
@@ -343,6 +350,19 @@ def test_a_preset_sets_its_recipe_and_flags_beside_it_override(tmp_path):
     assert not args.fire_reset and args.noop_max == 0 and args.preset is None and args.n_step == 1
     args, _ = utils_config.parse_config(["--preset", "atari100k", "--env", "Pong"])
     assert args.out == "runs/Pong-seed0-atari100k"
+    # DER: Atari 100k's pipeline, with Rainbow's parts as Dopamine's DER.gin sets them.
+    der = utils_config.options_of(["--preset", "der", "--env", "Pong"])
+    assert (der.distributional, der.noisy, der.prioritized, der.double, der.dueling) == (True,) * 5
+    assert (der.target_every, der.augment, der.n_step, der.noisy_sigma0, der.beta0, der.beta_end) == (
+        2000, "none", 10, 0.1, 0.5, 0.5,
+    )  # fmt: skip
+    assert (der.network, der.stack_fill, der.eval_episodes, der.adam_eps) == ("dopamine", "zeros", 100, 1.5e-4)
+    rainbow = utils_config.options_of(["--preset", "rainbow", "--env", "Breakout", "--steps", "2000000"])
+    assert (rainbow.steps, rainbow.lr, rainbow.n_step, rainbow.noisy_sigma0, rainbow.target_every) == (
+        2_000_000, 6.25e-5, 3, 0.5, 8000,
+    )  # fmt: skip
+    assert utils_config.parse_config(["--preset", "der", "--env", "Pong"])[0].out == "runs/Pong-seed0-der"
+    assert utils_config.parse_config(["--distributional", "--noisy"])[0].out == "runs/Breakout-seed0-c51-noisy"
     # Every switch has its --no- form, which turns a preset's switch off.
     off = utils_config.options_of(["--preset", "atari100k", "--no-double", "--no-dueling", "--no-save-memory"])
     assert (off.double, off.dueling, off.save_memory) == (False, False, False)
