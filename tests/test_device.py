@@ -15,6 +15,7 @@ from test_memory import fill_streams, play_log
 
 from dqn_atari import main
 from dqn_atari.utils_drl import Agent, GraphedLearning
+from dqn_atari.utils_heads import CategoricalHead
 from dqn_atari.utils_memory import PrioritizedReplayMemory, ReplayMemory
 from dqn_atari.utils_run import load_checkpoint
 from dqn_atari.utils_types import NATURE_STACKS, Batch, StackRule
@@ -148,12 +149,17 @@ def random_batch(rng: np.random.Generator, device: str, size: int = 32) -> Batch
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("double,dueling", [(False, False), (True, True)])
-def test_the_graphed_learning_step_learns_as_the_eager_one(double, dueling):
-    """--cuda-graphs replays one captured step: the same losses, TD errors and weights as the eager
-    steps, across a target sync and a checkpoint's load."""
+@pytest.mark.parametrize(
+    "double,dueling,options",
+    [(False, False, {}), (True, True, {}), (True, True, {"head": CategoricalHead(), "noisy_sigma0": 0.5})],
+    ids=["dqn", "double-dueling", "c51-noisy"],
+)
+def test_the_graphed_learning_step_learns_as_the_eager_one(double, dueling, options):
+    """--cuda-graphs replays one captured step: the same losses, priorities and weights as the eager
+    steps, across a target sync and a checkpoint's load (C51 and noisy layers: their noise, drawn on the host,
+    read by the graph in place)."""
     eager, graphed = (
-        Agent(4, "cuda", seed=1, double=double, dueling=dueling, cuda_graphs=flag) for flag in (False, True)
+        Agent(4, "cuda", seed=1, double=double, dueling=dueling, cuda_graphs=flag, **options) for flag in (False, True)
     )
     rng = np.random.default_rng(0)
     for step in range(12):
@@ -235,6 +241,18 @@ def test_the_graphed_action_follows_the_learning_weights():
     assert_acts_as_eager()
 
 
+@pytest.mark.cuda
+def test_a_graphed_noisy_c51_agent_acts_as_the_eager_one():
+    """The acting graph reads the noise each action draws (and the evaluations' zeros) in place."""
+    eager, graphed = (
+        Agent(4, "cuda", seed=3, head=CategoricalHead(), noisy_sigma0=0.5, cuda_graphs=flag) for flag in (False, True)
+    )
+    states = np.random.default_rng(0).integers(0, 256, (30, 4, 84, 84), dtype=np.uint8)
+    assert [graphed.act(state, 0.0) for state in states] == [eager.act(state, 0.0) for state in states]
+    assert graphed.act_evaluating(states[:8], 0.0).tolist() == eager.act_evaluating(states[:8], 0.0).tolist()
+    assert graphed.graphed_acting
+
+
 def run_main_on(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, str(ROOT / "main.py"), *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
@@ -248,11 +266,14 @@ GPU_TINY = [
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("prioritized", [False, True], ids=["uniform", "prioritized-3-games"])
-def test_training_loop_on_the_gpu_with_either_memory(tmp_path, prioritized):
+@pytest.mark.parametrize(
+    "extra",
+    [[], ["--prioritized", "--envs", "3", "--eps-start", "0.5"], ["--preset", "der", "--envs", "3"]],
+    ids=["uniform", "prioritized-3-games", "der-3-games"],
+)
+def test_training_loop_on_the_gpu_with_either_memory(tmp_path, extra):
     """The loop end to end on CUDA, with its evaluations and checkpoints, frames on the GPU and in host RAM; the
-    prioritized memory with three games at once, in three streams."""
-    extra = ["--prioritized", "--envs", "3", "--eps-start", "0.5"] if prioritized else []
+    prioritized memory with three games at once, in three streams; DER's C51 and noisy layers in graphs."""
     for where in ("device", "host"):
         run = tmp_path / where
         done = run_main_on(*GPU_TINY, *extra, "--steps", "600", "--device", "cuda", "--memory-device", where,
