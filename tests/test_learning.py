@@ -35,8 +35,7 @@ NOISY = {"noisy_sigma0": NOISY_SIGMA0}
         (False, 1, "cpu", {}),
         (True, 1, "cpu", {}),
         (False, 3, "cpu", {}),
-        (True, 3, "cpu", C51),
-        (False, 1, "cpu", NOISY),
+        (True, 3, "cpu", {**C51, **NOISY}),  # Rainbow's parts but dueling and double: exploring by the noise alone
         pytest.param(True, 1, "cuda", {}, marks=pytest.mark.cuda),  # frames on the GPU
         pytest.param(True, 3, "cuda", {**C51, **NOISY}, marks=pytest.mark.cuda),
     ],
@@ -44,8 +43,7 @@ NOISY = {"noisy_sigma0": NOISY_SIGMA0}
         "uniform",
         "prioritized",
         "uniform-3-step",
-        "c51-prioritized-3-step",
-        "noisy",
+        "c51-noisy-prioritized-3-step",
         "prioritized-cuda",
         "c51-noisy-cuda",
     ],
