@@ -64,6 +64,7 @@ METRICS = {
     "optimality_gap": "aggregate_optimality_gap",
 }
 PUBLISHED = ROOT / "results" / "atari100k" / "published"  # Atari 100k references (SOURCES.md there)
+ATARI_100K_PRESETS = ("atari100k", "der")  # recipes on the Atari 100k protocol, set beside the published runs
 
 
 def rliable_metric(name: str) -> Callable[..., Any]:
@@ -140,6 +141,17 @@ def aggregates(matrices: dict[str, np.ndarray], samples: int) -> dict[str, dict[
         }
         for name in matrices
     }
+
+
+def published_runs_of(game: str) -> dict[str, np.ndarray]:
+    """Each algorithm's published final scores on ``game``, where its runs were copied (six games)."""
+    runs = json.loads((PUBLISHED / "runs.json").read_text())
+    return {name: np.array(per_game[game]) for name, per_game in runs.items() if game in per_game}
+
+
+def percentile_among(runs: np.ndarray, score: float) -> float:
+    """The share of ``runs``, in percent, that ``score`` beats, a tie counting half."""
+    return float(100 * (np.mean(runs < score) + 0.5 * np.mean(runs == score)))
 
 
 def published_scores(games: list[str]) -> tuple[dict[str, dict[str, float]], dict[str, np.ndarray]]:
@@ -265,7 +277,7 @@ def summarize(out: Path, samples: int | None = None) -> dict[str, Any]:
         raise ReportError(f"{out} holds no run folders with evaluations (<Game>-seed<N>/rewards.txt)")
     references = reference_scores()
     atari100k = all(
-        preset_of(out / f"{game}-seed{seed}") == "atari100k" for game, seeds in results.items() for seed in seeds
+        preset_of(out / f"{game}-seed{seed}") in ATARI_100K_PRESETS for game, seeds in results.items() for seed in seeds
     )
     published_means, published_runs = published_scores(sorted(results)) if atari100k else ({}, {})
     games: dict[str, Any] = {}
@@ -286,6 +298,12 @@ def summarize(out: Path, samples: int | None = None) -> dict[str, Any]:
         }
         if game in published_means:
             games[game]["published"] = published_means[game]
+        runs_of = published_runs_of(game) if atari100k else {}
+        if runs_of:  # where each run stands among each algorithm's published runs on this game
+            games[game]["percentile"] = {
+                name: {seed: percentile_among(runs, score) for seed, score in last.items()}
+                for name, runs in runs_of.items()
+            }
         if game in references:
             random, human = references[game]
             games[game]["human_normalised"] = {
@@ -386,6 +404,13 @@ def markdown(summary: dict[str, Any]) -> str:
             lines[-1] += f" (published: {published_runs} runs per game)"
         lines[-1] += f"; {percent}% stratified bootstrap intervals (rliable):"
         lines += ["", *aggregate_table(summary["aggregates"])]
+    for game, entry in summary["games"].items():
+        for seed in entry.get("last_score", {}) if "percentile" in entry else ():
+            among = ", ".join(
+                f"{by_seed[seed]:.0f}% of {name}'s {len(published_runs_of(game)[name])}"
+                for name, by_seed in entry["percentile"].items()
+            )
+            lines.append(f"\n{game}, seed {seed}: above {among} published runs")
     for name, entry in summary.get("improvement", {}).items():
         low, high = entry["interval"]
         lines.append(f"\nProbability that ours improves on {name}: {entry['value']:.3f} [{low:.3f}, {high:.3f}]")

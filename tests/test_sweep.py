@@ -122,6 +122,24 @@ def test_an_atari100k_sweep_is_compared_with_the_published_runs(tmp_path):
     )
 
 
+def test_a_der_run_is_placed_among_the_published_runs_of_its_game(tmp_path):
+    """--preset der is on the Atari 100k protocol: its runs are set beside the published ones, and each run's
+    score is placed among each algorithm's 100 runs on its game (the share it beats, a tie counting half)."""
+    published = json.loads((utils_results.PUBLISHED / "runs.json").read_text())
+    der_pong = np.array(published["DER"]["Pong"])
+    score = float(np.median(der_pong))
+    write_rewards(tmp_path / "Pong-seed0", [-21.0, score], every=100_000, preset="der")
+    summary = utils_results.summarize(tmp_path, samples=50)
+    below, ties = np.sum(der_pong < score), np.sum(der_pong == score)
+    expected = 100 * (below + ties / 2) / len(der_pong)
+    assert summary["games"]["Pong"]["percentile"]["DER"][0] == pytest.approx(expected)
+    assert 25 < expected < 75  # the median run: near the middle, ties and all
+    assert summary["games"]["Pong"]["published"]["DER"] == pytest.approx(der_pong.mean(), abs=0.05)
+    text = utils_results.report(tmp_path, samples=50)
+    assert f"Pong, seed 0: above {expected:.0f}% of DER's 100" in text
+    assert utils_results.percentile_among(np.array([1.0, 2.0, 2.0, 3.0]), 2.0) == 50.0
+
+
 def test_the_null_check_draws_runs_within_each_game_without_replacement():
     """How often the IQM of k runs per game drawn from an algorithm's own runs reaches a given IQM,
     against the exact frequency over every choice of k runs per game: drawing across games, with
