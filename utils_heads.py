@@ -51,7 +51,6 @@ class ScalarHead(ValueHead):
     units = 1
 
     def __init__(self, loss: str = "huber") -> None:
-        self.loss = loss
         self.loss_function = {"huber": F.smooth_l1_loss, "mse": F.mse_loss}[loss]
 
     def q_values(self, outputs: torch.Tensor) -> torch.Tensor:

@@ -26,9 +26,9 @@ import torch.nn.functional as F
 from torch import nn
 
 NATURE_CONVOLUTIONS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))  # (channels, kernel, stride), Mnih et al. 2015
-NOISY_SIGMA0 = (
-    0.5  # Fortunato et al. (2018), section 3.2, for factorised noise; Rainbow's (Hessel et al. 2018, Table 1)
-)
+# The noisy layers' initial scale: Fortunato et al. (2018), section 3.2, for factorised noise; Rainbow's too (Hessel
+# et al. 2018, Table 1).
+NOISY_SIGMA0 = 0.5
 
 
 class NetworkSpec(NamedTuple):

@@ -6,7 +6,7 @@
 #
 # It installs our wheels and CleanRL's, each into a folder of its own (CleanRL's pins gymnasium 0.29.1,
 # ale-py 0.9.1 and numpy 1), runs the tests marked cuda (the memories on the device, the loop end to end,
-# a resume across devices, an evaluation, Catch learnt on the GPU), then bench.py --gpu: the learning step,
+# a resume across devices, an evaluation, Catch learnt on the GPU, C51 and noisy layers in graphs), then bench.py --gpu: the learning step,
 # where a step's time goes, our loop with uniform and prioritized replay, frames on the device and in host
 # RAM, beside CleanRL's dqn_atari.py with the same settings, alternating. It writes OUT/gpu_check.json (the
 # figures) and OUT/gpu_check.log (everything printed); about 10 minutes on an H100 with both bench parts, 7 with
@@ -38,7 +38,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 'gymnasium', gymnasium.__version__, 'ale-py', ale_py.__version__, torch.cuda.is_available() and torch.cuda.get_device_name())"
 
 start=$SECONDS
-timeout 240 "$PYTHON" -m pytest -q -p no:cacheprovider -m cuda tests/test_device.py tests/test_learning.py \
+timeout 300 "$PYTHON" -m pytest -q -p no:cacheprovider -m cuda tests/test_device.py tests/test_learning.py \
     ${GPU_CHECK_TESTS:+-k "$GPU_CHECK_TESTS"} --junitxml "$WORK/cuda_tests.xml"
 tests_status=$?
 tests_seconds=$((SECONDS - start))

@@ -174,7 +174,7 @@ def test_noisy_networks_are_noisy_in_every_fully_connected_layer_and_in_no_state
         assert not any("noise" in key for key in noisy.state_dict())
 
 
-def test_noise_is_drawn_for_each_action_choice_and_learning_step_and_off_in_evaluations(tmp_path):
+def test_noise_is_drawn_for_each_action_choice_and_learning_step_and_off_in_evaluations():
     agent = Agent(4, seed=2, noisy_sigma0=0.5)
     layer = agent.online.head[2]
     states = np.random.default_rng(0).integers(0, 256, (3, 4, 84, 84), dtype=np.uint8)
