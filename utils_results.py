@@ -405,10 +405,10 @@ def markdown(summary: dict[str, Any]) -> str:
         lines[-1] += f"; {percent}% stratified bootstrap intervals (rliable):"
         lines += ["", *aggregate_table(summary["aggregates"])]
     for game, entry in summary["games"].items():
-        for seed in entry.get("last_score", {}) if "percentile" in entry else ():
+        counts = {name: len(runs) for name, runs in published_runs_of(game).items()} if "percentile" in entry else {}
+        for seed in entry["last_score"] if counts else ():
             among = ", ".join(
-                f"{by_seed[seed]:.0f}% of {name}'s {len(published_runs_of(game)[name])}"
-                for name, by_seed in entry["percentile"].items()
+                f"{by_seed[seed]:.0f}% of {name}'s {counts[name]}" for name, by_seed in entry["percentile"].items()
             )
             lines.append(f"\n{game}, seed {seed}: above {among} published runs")
     for name, entry in summary.get("improvement", {}).items():
