@@ -9,8 +9,10 @@
 # a resume across devices, an evaluation, Catch learnt on the GPU, C51 and noisy layers in graphs), then bench.py --gpu: the learning step,
 # where a step's time goes, our loop with uniform and prioritized replay, frames on the device and in host
 # RAM, beside CleanRL's dqn_atari.py with the same settings, alternating. It writes OUT/gpu_check.json (the
-# figures) and OUT/gpu_check.log (everything printed); about 10 minutes on an H100 with both bench parts, 7 with
-# GPU_CHECK_PARTS=side and 5 with GPU_CHECK_PARTS=atari100k (below). To try it without a GPU:
+# figures) and OUT/gpu_check.log (everything printed). The 28 cuda tests alone took 251 s on an H100 (run 6 of
+# docs/gpu.md): with them, a bench part or two runs past one 10-minute call, so select tests with GPU_CHECK_TESTS
+# or run them in a call of their own. The bench parts, without the tests (runs 3 and 4, with 24 quicker tests):
+# side about 5 minutes, atari100k about 3. To try it without a GPU:
 # GPU_CHECK_QUICK=1 (a short, rough bench) and WHEELS=FOLDER (wheels for this machine's Python). GPU_CHECK_TESTS=EXPR
 # runs only the cuda tests that pytest -k EXPR selects; GPU_CHECK_PARTS='side atari100k' (both, the default)
 # picks bench.py's parts: our loop beside CleanRL's, and the Atari 100k preset eager and graphed; 'envs' (about 4

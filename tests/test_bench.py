@@ -113,6 +113,26 @@ def test_the_docs_show_the_committed_atari100k_gpu_figures():
     ) in readme
 
 
+def test_the_docs_show_the_committed_games_at_once_gpu_figures():
+    """The games-at-once GPU table in docs/results.md is bench.py --gpu-report of run 6, it was made from that run's
+    log, and the README's figures are its."""
+    run = ROOT / "results/gpu/h100-run6"
+    figures = json.loads((run / "gpu_check.json").read_text())["bench"]
+    assert utils_results.gpu_tables(figures) in (ROOT / "docs" / "results.md").read_text()
+    envs = figures["envs"]
+    logged = [line.split() for line in (run / "envs.log").read_text().splitlines()]
+    assert {f"{games} games, {workers} workers": [float(sps)] for _, _, games, _, workers, _, sps in logged} == envs[
+        "sps_rounds"
+    ]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    one, fastest = envs["sps"]["1 games, 0 workers"], envs["sps"][envs["fastest"]]
+    assert envs["fastest"] == "32 games, 8 workers"
+    assert (
+        f"the loop ran at {one:.0f} steps/s with one game, {envs['sps']['8 games, 0 workers']:.0f} with 8 in one "
+        f"process and **{fastest:,.0f}** with 32 over 8 workers: 10M steps in {envs['hours_per_10m_steps']:.2f} hours"
+    ) in readme
+
+
 def test_cleanrl_steps_per_second_are_dated_from_its_sps_lines(tmp_path):
     """CleanRL prints global_step / seconds since its start every 100 steps once learning: a stand-in
     that runs 1,000 steps/s before learning and 250 after gives 250 between its first and last line."""
