@@ -2,6 +2,7 @@
 
 from dqn_atari import dqn
 agent = dqn.load_agent("runs/Pong-seed0")             # a run folder (its newest checkpoint) or a model_NNN.pt
+agent.save("pong-agent.pt")                           # the network alone, to release (load_agent plays it)
 env = agent.make_env(seed=1)                          # its game, as a gymnasium environment
 observation, info = env.reset()
 observation, reward, terminated, truncated, info = env.step(agent.act(observation))
@@ -39,7 +40,7 @@ from dqn_atari.utils_env import (
     register_plugin_envs,
     saved_env_refusal,
 )
-from dqn_atari.utils_run import load_checkpoint, load_newest_checkpoint
+from dqn_atari.utils_run import load_checkpoint, load_newest_checkpoint, save_checkpoint
 
 gymnasium.register(id="dqn/Atari-v0", entry_point="dqn_atari.utils_env:AtariGymEnv")
 register_plugin_envs()  # installed packages' ids (MinAtar's), which gymnasium.make does not load by itself
@@ -57,6 +58,7 @@ class TrainedAgent:
         if untrusted and trust_env is not True:
             raise ValueError(f"{untrusted}: pass trust_env=True if you trust where the checkpoint came from")
         self.step: int = checkpoint["run"]["step"]
+        self._saved_config = checkpoint["config"]  # as the run wrote it, for save
         game = main.make_env(self.config, 0)
         self.n_actions = game.n_actions
         # A gymnasium environment's observations become the agent's states as in training.
@@ -88,6 +90,16 @@ class TrainedAgent:
                 raise ValueError(f"an observation holds uint8 pixels, 0 to 255; got {frames.dtype} values")
             frames = frames.astype(np.uint8)
         return self._agent.act(frames, epsilon, self._rng, noise=False)
+
+    def save(self, path: str | Path) -> None:
+        """Write the network alone, with the run's settings and step, as a checkpoint that ``load_agent`` and
+        ``main.py --evaluate`` play (about 7 MB for the Nature network; no optimizer, target network, generators or
+        games in progress, so it cannot resume training): the file to release a trained agent as. Plain tensors
+        and values, loadable with ``torch.load(path, weights_only=True)``; written atomically."""
+        online = {name: tensor.detach().cpu().clone() for name, tensor in self._agent.online.state_dict().items()}
+        save_checkpoint(
+            Path(path), {"config": self._saved_config, "run": {"step": self.step}, "agent": {"online": online}}
+        )
 
     def env_options(self) -> dict[str, Any]:
         """The run's Atari game settings (sticky actions, frame limit, no-op starts, ...), but its id and seed."""

@@ -19,7 +19,7 @@ import pytest
 import torch
 from gymnasium.utils.env_checker import check_env
 
-from dqn_atari import dqn
+from dqn_atari import dqn, main
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = {"learning_starts": 100, "memory_size": 1000, "eval_episodes": 1, "max_episode_frames": 400}
@@ -70,6 +70,36 @@ def test_train_load_and_act_in_three_lines(tmp_path):
     with pytest.raises(ValueError, match=r"^--lr must be positive and finite, got -1.0$"):
         dqn.train(env="Pong", lr=-1, out=tmp_path / "bad")
     assert not (tmp_path / "bad").exists()
+
+
+def test_a_saved_agent_is_the_network_alone_and_plays_as_its_checkpoint(tmp_path, capsys):
+    """agent.save writes the file to release a trained agent: plain tensors (weights_only), a fraction of the
+    checkpoint, and load_agent and main.py --evaluate play it as they play the checkpoint it came from."""
+    run, _ = dqn.train(env="Pong", steps=150, eval_every=150, target_every=50, out=tmp_path / "run", **TINY)
+    released = tmp_path / "agent.pt"
+    dqn.load_agent(run).save(released)
+    payload = torch.load(released, weights_only=True)
+    assert set(payload) == {"format", "config", "run", "agent"} and payload["run"] == {"step": 150}
+    assert set(payload["agent"]) == {"online"} and payload["config"]["env"] == "ALE/Pong-v5"
+    checkpoint = run / "model_001.pt"
+    assert released.stat().st_size < checkpoint.stat().st_size / 2  # no optimizer, target network or RNGs
+    agent, original = dqn.load_agent(released), dqn.load_agent(checkpoint)
+    observation, _ = agent.make_env(seed=1).reset()
+    assert agent.step == 150 and agent.act(observation) == original.act(observation)
+    assert agent.evaluate(episodes=2, seed=3) == original.evaluate(episodes=2, seed=3)
+    capsys.readouterr()
+    played = []
+    for path in (checkpoint, released):
+        assert main.main(["--evaluate", str(path), "--eval-episodes", "2"]) == 0
+        played.append([line for line in capsys.readouterr().out.splitlines() if line.startswith("Episode #")])
+    assert played[0] == played[1] and len(played[0]) == 2
+    # It plays; it does not train on, even named as a run's checkpoint: one line, nothing changed.
+    folder = tmp_path / "released"
+    folder.mkdir()
+    shutil.copy(released, folder / "model_001.pt")
+    assert main.main(["--resume", str(folder), "--steps", "300"]) == 1
+    assert "cannot resume: the checkpoint's agent does not fit this run" in capsys.readouterr().err
+    assert (folder / "model_001.pt").read_bytes() == released.read_bytes()
 
 
 def test_the_api_turns_a_presets_switches_off_and_plays_a_run_with_its_own_stacks(tmp_path):
