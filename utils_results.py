@@ -995,6 +995,20 @@ def gpu_tables(figures: dict[str, Any]) -> str:
 
 MAIN_JOB = ROOT / "results" / "breakout-10m"  # references.csv, stops.csv, and the run's folder Breakout-seed0
 TRAINING_WINDOW = 100  # the training games whose mean stands beside each evaluation
+# The released agent's evaluation with Nature's protocol, once the run has ended: what
+# `main.py --evaluate AGENT --eval-episodes 30 --eval-epsilon 0.05` printed, kept beside the run.
+AGENT_EVALUATION = "agent_evaluation.txt"
+
+
+def read_playback(path: Path) -> dict[str, Any]:
+    """What ``main.py --evaluate`` printed (its header, a line per game, the mean): the agent's step, the epsilon,
+    and the games' scores in order."""
+    lines = path.read_text().splitlines()
+    header = next(line for line in lines if line.startswith("Playing "))
+    step = int(header.split("(trained ", 1)[1].split(" steps)", 1)[0])
+    epsilon = float(header.rsplit("epsilon ", 1)[1])
+    scores = [float(line.split("reward: ", 1)[1]) for line in lines if line.startswith("Episode #")]
+    return {"step": step, "epsilon": epsilon, "scores": scores}
 
 
 def read_csv_rows(path: Path) -> list[dict[str, str]]:
@@ -1038,7 +1052,9 @@ def main_job_report(folder: Path = MAIN_JOB) -> dict[str, Any]:
         {**row, "score": float(row["score"]), "spread": float(row["spread"])}
         for row in read_csv_rows(folder / "references.csv")
     ]
+    agent = read_playback(folder / AGENT_EVALUATION) if (folder / AGENT_EVALUATION).exists() else None
     return {
+        "agent": agent,
         "steps": int(config["steps"]),
         "step": step,
         "wall_seconds": seconds,
@@ -1068,6 +1084,14 @@ def main_job_markdown(report: dict[str, Any]) -> str:
         f"{report['training_games']}) | 1 seed | {report['step'] * 4 / 1e6:.1f}M | Adam 1e-4, Huber | the training "
         "games' scores (whole games, epsilon annealed to 0.1 over the first 1M steps) | none |",
     ]
+    agent = report["agent"]
+    if agent:
+        scores = np.array(agent["scores"])
+        lines.append(
+            f"| this run's released agent (step {agent['step']:,}), Nature's protocol | {scores.mean():.1f} ± "
+            f"{scores.std():.1f} (over its {len(scores)} games) | 1 seed | {agent['step'] * 4 / 1e6:.1f}M | Adam 1e-4, "
+            f"Huber | {len(scores)} whole games, epsilon {agent['epsilon']:g}, up to 30 no-op frames | none |"
+        )
     for ref in report["references"]:
         lines.append(
             f"| {ref['name']} | {ref['score']:.1f} ± {ref['spread']:.1f} | {ref['runs']} | {ref['frames']} | "

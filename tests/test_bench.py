@@ -184,6 +184,18 @@ def test_the_main_job_report_takes_its_figures_from_the_files(tmp_path):
     text = utils_results.main_job_markdown(report)
     assert "| 500 | 8.0 ± 2.0 [4, 12] (10 games) | 3.0 (5 games) |" in text
     assert "| Paper | 10.0 ± 1.0 | 3 seeds | 40M | o | e | none |" in text
+    assert report["agent"] is None and "released agent" not in text
+    # Once released, the agent's 30 games as main.py --evaluate printed them (here 3).
+    (folder / "agent_evaluation.txt").write_text(
+        "Playing ALE/Breakout-v5 with agent.pt (trained 1000 steps): 3 games, epsilon 0.05\n"
+        "Episode #0: reward: 2.0\nEpisode #1: reward: 4.0\nEpisode #2: reward: 6.0\nMean reward over 3 episodes: 4.0\n"
+    )
+    report = utils_results.main_job_report(folder)
+    assert report["agent"] == {"step": 1000, "epsilon": 0.05, "scores": [2.0, 4.0, 6.0]}
+    assert (
+        "| this run's released agent (step 1,000), Nature's protocol | 4.0 ± 1.6 (over its 3 games) | 1 seed | 0.0M |"
+        " Adam 1e-4, Huber | 3 whole games, epsilon 0.05, up to 30 no-op frames | none |"
+    ) in utils_results.main_job_markdown(report)
 
 
 def test_the_docs_show_the_games_at_once_figures_as_committed():
