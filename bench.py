@@ -66,6 +66,7 @@ from dqn_atari.utils_results import (
     gpu_tables,
     learning_report,
     learning_table,
+    main_job_figure,
     main_job_markdown,
     main_job_report,
     seeds_table,
@@ -870,6 +871,12 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
         help="only print the main job's tables (python main.py on Breakout, 10M steps) from its committed files "
         "(default folder: %(const)s)",
     )
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        metavar="FILE",
+        help="with --main-job: also draw its curves beside the references into FILE",
+    )
     parser.add_argument("--loop", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--loop-steps", type=int, nargs=2, default=(1000, 3000), help=argparse.SUPPRESS)
     learning = parser.add_argument_group(
@@ -902,6 +909,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
         help="with --runs: one column per setting, each seed's score and their mean, up to --steps (Markdown)",
     )
     arguments = parser.parse_args(own)
+    if arguments.plot and not arguments.main_job:
+        parser.error("--plot goes with --main-job")
     if main_args and not arguments.learning:
         parser.error("main.py flags after -- go with --learning")
     return arguments, main_args
@@ -914,6 +923,8 @@ if __name__ == "__main__":
         sys.exit(learning_main(arguments, main_args))
     if arguments.main_job:
         print(main_job_markdown(main_job_report(arguments.main_job)))
+        if arguments.plot:
+            plot.save(main_job_figure(arguments.main_job), arguments.plot)
         sys.exit(0)
     env_id = resolve_env_id(arguments.env)
     if arguments.loop:

@@ -1067,6 +1067,29 @@ def main_job_report(folder: Path = MAIN_JOB) -> dict[str, Any]:
     }
 
 
+def main_job_figure(folder: Path = MAIN_JOB) -> Figure:
+    """The main job's curves from its committed files, over its whole length of steps: its evaluations (mean, band
+    from the lowest to the highest game) and its training games (each a dot, the line the mean of the last
+    TRAINING_WINDOW), each beside the published scores of references.csv as dashed lines."""
+    run = folder / "Breakout-seed0"
+    steps = int(read_config(run)["steps"])
+    drawing = Figure(figsize=(12, 4.5), dpi=110, layout="constrained")
+    evaluations, training = drawing.subplots(1, 2)
+    curves = [plot.read_curve(run / REWARDS_FILE)], [plot.read_train_curve(run / EPISODES_FILE, TRAINING_WINDOW)]
+    for panel, (curve,), title in zip(
+        (evaluations, training), curves, ("evaluations (10 games, epsilon 0.05)", "training games"), strict=True
+    ):
+        curve.label = "this run"
+        plot.draw_on(panel, [curve], title=title, window=TRAINING_WINDOW)
+        for index, row in enumerate(read_csv_rows(folder / "references.csv")):
+            name = row["name"] if "frames" in row["name"] else f"{row['name']}, {row['frames']} frames"
+            panel.axhline(float(row["score"]), color=f"C{index + 1}", linestyle="--", linewidth=1, label=name)
+        panel.set_xlim(0, steps)
+        panel.legend(fontsize="small", loc="upper left")
+    drawing.suptitle(f"python main.py: Breakout, seed 0, {steps:,} steps (10M steps are 40M frames)")
+    return drawing
+
+
 def main_job_markdown(report: dict[str, Any]) -> str:
     """``main_job_report`` as the tables of docs/results.md: where the run stands beside each reference, its
     evaluations with the training games' mean, and its stops and resumes."""

@@ -155,6 +155,8 @@ def test_the_docs_show_the_main_jobs_tables_as_its_committed_files_give_them():
     text = (ROOT / "docs" / "results.md").read_text()
     shown = text.split("<!-- bench.py --main-job -->\n", 1)[1].split("\n<!-- end of bench.py --main-job -->", 1)[0]
     assert shown == utils_results.main_job_markdown(utils_results.main_job_report())
+    assert "(main_job_curve.png)" in text and (ROOT / "docs" / "main_job_curve.png").exists()  # --plot's figure
+    assert "(docs/main_job_curve.png)" in (ROOT / "README.md").read_text()
 
 
 def test_the_main_job_report_takes_its_figures_from_the_files(tmp_path):
@@ -185,6 +187,13 @@ def test_the_main_job_report_takes_its_figures_from_the_files(tmp_path):
     assert "| 500 | 8.0 ± 2.0 [4, 12] (10 games) | 3.0 (5 games) |" in text
     assert "| Paper | 10.0 ± 1.0 | 3 seeds | 40M | o | e | none |" in text
     assert report["agent"] is None and "released agent" not in text
+    figure = utils_results.main_job_figure(folder)  # bench.py --main-job --plot FILE
+    for panel in figure.axes:
+        assert panel.get_xlim() == (0, 1000)  # the run's whole length, so that the curve shows how far it is
+        assert [line.get_ydata()[0] for line in panel.lines if line.get_linestyle() == "--"] == [10.0]
+        assert [text.get_text() for text in panel.get_legend().get_texts()] == ["this run", "Paper, 40M frames"]
+    evaluations, training = (panel.lines[0].get_ydata() for panel in figure.axes)
+    assert list(evaluations) == [1.5, 8.0] and training[-1] == 5.5  # the mean of the last 100 games
     # Once released, the agent's 30 games as main.py --evaluate printed them (here 3).
     (folder / "agent_evaluation.txt").write_text(
         "Playing ALE/Breakout-v5 with agent.pt (trained 1000 steps): 3 games, epsilon 0.05\n"
