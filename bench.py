@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unittest.mock
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -538,6 +539,7 @@ GPU_PARTS = ("side", "atari100k", "envs")
 # and --env-workers, in turn, two rounds; on a 16-core GPU host the workers share the cores the emulators need, and
 # 15 leave this process one. Run 6 of docs/gpu.md timed 8 in one process and 8 and 16 over workers once each.
 GPU_ENVS = ((1, 0), (32, 8), (64, 8), (64, 15))
+PROFILED_ENVS = (32, 8)  # the setting whose round round_parts takes apart, after the rounds
 
 
 def side_flags(steps: int, memory_size: int) -> list[str]:
@@ -696,6 +698,44 @@ def run_gpu(cleanrl: Path | None, site: str | None, quick: bool) -> dict[str, An
 ATARI100K_BENCH_STEPS = 8_000
 
 
+def round_parts(envs: int, workers: int, steps: int, learning_starts: int) -> dict[str, float]:
+    """Where a round of ``envs`` games goes in the default loop (the side-by-side settings, frames on the device),
+    from the loop's own calls timed where they run, from the first learning step on: the batched action (on a GPU
+    it waits there for the learning steps queued before it), the round's play (the games' steps, in ``workers``
+    processes or here, and their pushes), the learning steps (each batch drawn and its step queued) and the rest;
+    milliseconds per round."""
+    seconds = dict.fromkeys(("action", "play", "learning"), 0.0)
+    learning_began: list[float] = []
+    last_call_ended = [0.0]  # the loop's end, before the run's final evaluation and checkpoint
+
+    def timed(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            if name == "learning" and not learning_began:  # from here on: the loop as it runs once learning
+                seconds.update(dict.fromkeys(seconds, 0.0))
+                learning_began.append(time.perf_counter())
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                last_call_ended[0] = time.perf_counter()
+                seconds[name] += last_call_ended[0] - start
+
+        return run
+
+    flags = ["--envs", str(envs), "--env-workers", str(workers), *side_flags(steps, SIDE_MEMORY)]
+    with (
+        unittest.mock.patch.object(Agent, "act_all", timed("action", Agent.act_all)),
+        unittest.mock.patch.object(main, "play_round", timed("play", main.play_round)),
+        unittest.mock.patch.object(main.Trainer, "learn", timed("learning", main.Trainer.learn)),
+    ):
+        bench_loop("Breakout", False, learning_starts, steps, 4, "auto", flags)
+    rounds = steps // envs
+    parts = {name: 1e3 * value / rounds for name, value in seconds.items()}
+    parts["rest"] = 1e3 * (last_call_ended[0] - learning_began[0]) / rounds - sum(parts.values())
+    return parts
+
+
 def run_gpu_envs(quick: bool) -> dict[str, Any]:
     """The games-at-once figures of the GPU check: the default loop's steps/s once learning runs at each
     (--envs, --env-workers) of GPU_ENVS, in turn, two rounds, and the hours 10M steps would take at the fastest."""
@@ -714,7 +754,11 @@ def run_gpu_envs(quick: bool) -> dict[str, Any]:
             )
     means = {name: statistics.mean(values) for name, values in rounds.items()}
     fastest = max(means, key=means.__getitem__)
+    envs, workers = PROFILED_ENVS
+    parts = round_parts(envs, workers, steps, learning_starts)
+    print(f"a round of {envs} games over {workers} workers, ms: {parts}", file=sys.stderr)
     return {
+        "round_parts_ms": {"envs": envs, "workers": workers, **parts},
         "sps_rounds": rounds,
         "sps": means,
         "fastest": fastest,

@@ -987,6 +987,11 @@ def gpu_tables(figures: dict[str, Any]) -> str:
         for name, mean in envs["sps"].items():
             lines.append(f"| {name} | {mean:.0f} ({', '.join(f'{v:.0f}' for v in envs['sps_rounds'][name])}) |")
         lines.append(f"| 10M steps at the fastest ({envs['fastest']}), hours | {envs['hours_per_10m_steps']:.2f} |")
+        parts = envs.get("round_parts_ms")
+        if parts:  # since run 6
+            where = f"a round of {parts['envs']} games over {parts['workers']} workers"
+            for name in ("action", "play", "learning", "rest"):
+                lines.append(f"| {where}: {name} (ms) | {parts[name]:.2f} |")
         tables.append("\n".join(lines))
     return "\n\n".join(tables)
 

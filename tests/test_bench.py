@@ -133,6 +133,20 @@ def test_the_docs_show_the_committed_games_at_once_gpu_figures():
     ) in readme
 
 
+def test_a_rounds_parts_are_the_loops_own_calls_timed_in_place():
+    """round_parts times the loop's batched action, its rounds of play and its learning steps where main.py calls
+    them, from the first learning step to the last call; what is left is the rest of the round. The GPU check's
+    table shows them."""
+    parts = bench.round_parts(envs=2, workers=0, steps=64, learning_starts=32)
+    assert set(parts) == {"action", "play", "learning", "rest"}
+    assert all(value > 0 for value in parts.values()), parts
+    envs = {"sps": {"1 games, 0 workers": 1.0}, "sps_rounds": {"1 games, 0 workers": [1.0]},
+            "fastest": "1 games, 0 workers", "hours_per_10m_steps": 1.0, "settings": {"device": "cpu"},
+            "round_parts_ms": {"envs": 2, "workers": 0, **parts}}  # fmt: skip
+    table = utils_results.gpu_tables({"envs": envs})
+    assert f"| a round of 2 games over 0 workers: learning (ms) | {parts['learning']:.2f} |" in table
+
+
 def test_cleanrl_steps_per_second_are_dated_from_its_sps_lines(tmp_path):
     """CleanRL prints global_step / seconds since its start every 100 steps once learning: a stand-in
     that runs 1,000 steps/s before learning and 250 after gives 250 between its first and last line."""
