@@ -988,7 +988,7 @@ def gpu_tables(figures: dict[str, Any]) -> str:
             lines.append(f"| {name} | {mean:.0f} ({', '.join(f'{v:.0f}' for v in envs['sps_rounds'][name])}) |")
         lines.append(f"| 10M steps at the fastest ({envs['fastest']}), hours | {envs['hours_per_10m_steps']:.2f} |")
         parts = envs.get("round_parts_ms")
-        if parts:  # since run 6
+        if parts:  # from run 7 on
             where = f"a round of {parts['envs']} games over {parts['workers']} workers"
             for name in ("action", "play", "learning", "rest"):
                 lines.append(f"| {where}: {name} (ms) | {parts[name]:.2f} |")
@@ -1079,11 +1079,9 @@ def main_job_figure(folder: Path = MAIN_JOB) -> Figure:
     run = folder / "Breakout-seed0"
     steps = int(read_config(run)["steps"])
     drawing = Figure(figsize=(12, 4.5), dpi=110, layout="constrained")
-    evaluations, training = drawing.subplots(1, 2)
-    curves = [plot.read_curve(run / REWARDS_FILE)], [plot.read_train_curve(run / EPISODES_FILE, TRAINING_WINDOW)]
-    for panel, (curve,), title in zip(
-        (evaluations, training), curves, ("evaluations (10 games, epsilon 0.05)", "training games"), strict=True
-    ):
+    curves = plot.read_curve(run / REWARDS_FILE), plot.read_train_curve(run / EPISODES_FILE, TRAINING_WINDOW)
+    titles = "evaluations (10 games, epsilon 0.05)", "training games"
+    for panel, curve, title in zip(drawing.subplots(1, 2), curves, titles, strict=True):
         curve.label = "this run"
         plot.draw_on(panel, [curve], title=title, window=TRAINING_WINDOW)
         for index, row in enumerate(read_csv_rows(folder / "references.csv")):
