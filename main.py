@@ -437,6 +437,11 @@ class Trainer:
         self.status: dict[str, Any] = {}  # shown on the progress bar: what the loop knows beyond the steps
         self.started, self.wall_base, self.evaluation_seconds = time.perf_counter(), 0.0, 0.0
         if checkpoint is not None:
+            if set(checkpoint["agent"]) == {"online"}:  # what dqn's TrainedAgent.save writes
+                raise CheckpointError(
+                    "cannot resume: the checkpoint holds a released agent, its network alone (no optimizer or target "
+                    "network): --evaluate plays it; nothing was changed"
+                )
             self.progress = Progress(**checkpoint["run"])
             try:  # load_checkpoint checked the parts' kinds; the network's shapes are this run's
                 self.agent.load_state_dict(checkpoint["agent"])

@@ -98,7 +98,7 @@ def test_a_saved_agent_is_the_network_alone_and_plays_as_its_checkpoint(tmp_path
     folder.mkdir()
     shutil.copy(released, folder / "model_001.pt")
     assert main.main(["--resume", str(folder), "--steps", "300"]) == 1
-    assert "cannot resume: the checkpoint's agent does not fit this run" in capsys.readouterr().err
+    assert "cannot resume: the checkpoint holds a released agent, its network alone" in capsys.readouterr().err
     assert (folder / "model_001.pt").read_bytes() == released.read_bytes()
 
 
