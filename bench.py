@@ -698,7 +698,9 @@ def run_gpu(cleanrl: Path | None, site: str | None, quick: bool) -> dict[str, An
 ATARI100K_BENCH_STEPS = 8_000
 
 
-def round_parts(envs: int, workers: int, steps: int, learning_starts: int) -> dict[str, float]:
+def round_parts(
+    envs: int, workers: int, steps: int, learning_starts: int, memory_size: int = SIDE_MEMORY
+) -> dict[str, float]:
     """Where a round of ``envs`` games goes in the default loop (the side-by-side settings, frames on the device),
     from the loop's own calls timed where they run, from the first learning step on: the batched action (on a GPU
     it waits there for the learning steps queued before it), the round's play (the games' steps, in ``workers``
@@ -723,7 +725,7 @@ def round_parts(envs: int, workers: int, steps: int, learning_starts: int) -> di
 
         return run
 
-    flags = ["--envs", str(envs), "--env-workers", str(workers), *side_flags(steps, SIDE_MEMORY)]
+    flags = ["--envs", str(envs), "--env-workers", str(workers), *side_flags(steps, memory_size)]
     with (
         unittest.mock.patch.object(Agent, "act_all", timed("action", Agent.act_all)),
         unittest.mock.patch.object(main, "play_round", timed("play", main.play_round)),

@@ -138,7 +138,7 @@ def test_a_rounds_parts_are_the_loops_own_calls_timed_in_place():
     """round_parts times the loop's batched action, its rounds of play and its learning steps where main.py calls
     them, from the first learning step to the last call; what is left is the rest of the round. The GPU check's
     table shows them."""
-    parts = bench.round_parts(envs=2, workers=0, steps=64, learning_starts=32)
+    parts = bench.round_parts(envs=2, workers=0, steps=64, learning_starts=32, memory_size=10_000)
     assert set(parts) == {"action", "play", "learning", "rest"}
     assert all(value > 0 for value in parts.values()), parts
     envs = {"sps": {"1 games, 0 workers": 1.0}, "sps_rounds": {"1 games, 0 workers": [1.0]},
