@@ -6,7 +6,7 @@ games and recipes, GPU speed-ups): run main.py for those. Adam stands in for RMS
 
 A checked description: tests/test_nature_dqn.py runs this file (on one torch thread) and main.py (--threads 1) with
 
-    --env Breakout --seed 0 --steps 5000 --learning-starts 1000 --train-every 16 --memory-size 2000
+    --env Breakout --seed 0 --steps 5000 --learning-starts 1000 --train-every 16 --batch-size 8 --memory-size 2000
     --eps-decay-steps 2000 --target-every 500 --eval-every 2500 --eval-episodes 1 --device cpu
 
 and asserts that both play the same training games (episodes.csv: the step each ended at, its score, its length),

@@ -13,11 +13,11 @@ from dqn_atari.utils_run import load_checkpoint, read_episodes
 ROOT = Path(__file__).resolve().parent.parent
 SINGLE_FILE = ROOT / "nature_dqn.py"
 # The flags of the comparison, as nature_dqn.py's docstring states them: learning from step 1,000 on (every 16th
-# step, to keep the test short), a memory that wraps around twice, epsilon at its end from step 2,000, target syncs
-# every 500 steps, an evaluation every 2,500.
+# step on batches of 8, to keep the test short), a memory that wraps around twice, epsilon at its end from step
+# 2,000, target syncs every 500 steps, an evaluation every 2,500.
 FLAGS = [
     "--env", "Breakout", "--seed", "0", "--steps", "5000", "--learning-starts", "1000", "--train-every", "16",
-    "--memory-size", "2000", "--eps-decay-steps", "2000", "--target-every", "500", "--eval-every", "2500",
+    "--batch-size", "8", "--memory-size", "2000", "--eps-decay-steps", "2000", "--target-every", "500", "--eval-every", "2500",
     "--eval-episodes", "1", "--device", "cpu",
 ]  # fmt: skip
 LEARNING_STARTS, EPSILON_ENDS = 1000, 2000

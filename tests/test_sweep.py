@@ -325,37 +325,36 @@ def test_every_label_of_the_figure_is_inside_it(tmp_path):
 def test_sweep_runs_resumes_retries_and_reports(tmp_path, ray_cluster, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a relative --out is the caller's folder, not main.py's (the project)
     out = tmp_path / "S"
-    argv = ["--envs", "Pong", "Breakout", "--seeds", "0", "1", *TINY, "--out", "S"]
+    argv = ["--envs", "Pong", "Breakout", "--seeds", "0", *TINY, "--out", "S"]
     assert sweep.main(argv) == 0
     for game in ("Pong", "Breakout"):
-        for seed in (0, 1):
-            rows = (out / f"{game}-seed{seed}" / "rewards.txt").read_text().splitlines()
-            assert [int(row.split()[1]) for row in rows] == [0, 150, 300]
+        rows = (out / f"{game}-seed0" / "rewards.txt").read_text().splitlines()
+        assert [int(row.split()[1]) for row in rows] == [0, 150, 300]
     printed = capsys.readouterr().out
     assert "| ours |" in printed and (out / "aggregate.png").exists()
     # main.py runs in the sweep's folder and records its --out as the sweep was given it: no path of this machine.
     assert json.loads((out / "Pong-seed0" / "config.json").read_text())["out"] == "S/Pong-seed0"
 
     # Rerunning skips finished runs, and continues an interrupted one from its checkpoint.
-    (out / "Pong-seed1" / "model_002.pt").unlink()
-    (out / "Pong-seed1" / "rewards.txt").write_text(
-        "\n".join((out / "Pong-seed1" / "rewards.txt").read_text().splitlines()[:2]) + "\n"
+    (out / "Breakout-seed0" / "model_002.pt").unlink()
+    (out / "Breakout-seed0" / "rewards.txt").write_text(
+        "\n".join((out / "Breakout-seed0" / "rewards.txt").read_text().splitlines()[:2]) + "\n"
     )
     finished_log = (out / "Pong-seed0" / "main.log").read_text()
     assert sweep.main(argv) == 0
     printed = capsys.readouterr()
-    assert "3 finished already" in printed.out
+    assert "1 finished already" in printed.out
     # Without its replay memory the resume is not the straight run: the sweep and the run's log say so.
     assert (
-        "Pong-seed1: resumes at step 150, no longer exactly the run it was: its replay memory was not saved "
+        "Breakout-seed0: resumes at step 150, no longer exactly the run it was: its replay memory was not saved "
         "(--save-memory), so main.py refills it"
     ) in printed.out + printed.err
     assert (out / "Pong-seed0" / "main.log").read_text() == finished_log
-    log = (out / "Pong-seed1" / "main.log").read_text()
+    log = (out / "Breakout-seed0" / "main.log").read_text()
     assert log.count("Run folder:") == 2  # started, then resumed
     assert "Note: the replay memory was not saved with the checkpoint (--save-memory saves it); refilling" in log
-    assert (out / "Pong-seed1" / "model_002.pt").exists()
-    assert json.loads((out / "Pong-seed1" / "config.json").read_text())["out"] == "S/Pong-seed1"
+    assert (out / "Breakout-seed0" / "model_002.pt").exists()
+    assert json.loads((out / "Breakout-seed0" / "config.json").read_text())["out"] == "S/Breakout-seed0"
 
     # Rerun with other learning flags: refused in one line, not the old runs reported as the new ones.
     before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
@@ -366,17 +365,15 @@ def test_sweep_runs_resumes_retries_and_reports(tmp_path, ray_cluster, capsys, m
     )
     assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == before
 
-    # A run that fails is retried once, then reported; the others are not held up.
-    argv = ["--envs", "Pong", "--seeds", "0", "1", *TINY, "--out", str(tmp_path / "F")]
-    (tmp_path / "F" / "Pong-seed1").mkdir(parents=True)
-    (tmp_path / "F" / "Pong-seed1" / "rewards.txt").write_text("not a run\n")  # main.py refuses to overwrite it
-    assert sweep.main(argv) == 1
+    # A run that fails is retried once, then reported; the report goes on with the others.
+    (out / "Pong-seed1").mkdir()
+    (out / "Pong-seed1" / "rewards.txt").write_text("not a run\n")  # main.py refuses to overwrite it
+    assert sweep.main(["--envs", "Pong", "--seeds", "0", "1", *TINY, "--out", "S"]) == 1
     captured = capsys.readouterr()
     assert "Pong-seed1: failed (exit 2" in captured.out and "retrying" in captured.out
     assert "Pong-seed1: failed again" in captured.out
     assert "1 run(s) did not reach --steps 300: Pong-seed1" in captured.err
-    assert "Left out Pong-seed1: " in captured.out  # the report goes on without it
-    assert (tmp_path / "F" / "Pong-seed0" / "model_002.pt").exists()
+    assert "Left out Pong-seed1: " in captured.out and "| ours |" in captured.out  # the report, without it
 
 
 @pytest.mark.parametrize(
