@@ -79,6 +79,7 @@ from dqn_atari.utils_run import (
     load_newest_checkpoint,
 )
 from dqn_atari.utils_types import Batch
+from dqn_atari.utils_workers import GameWorkers
 
 CAPACITY = 1_000_000
 BATCH = 32
@@ -232,11 +233,12 @@ def bench_loop(
 AT_ONCE_GAME = "Pong"
 AT_ONCE_EVAL_ENVS = (1, 16, 32, 100)
 AT_ONCE_TRAIN_ENVS = (1, 2)
+AT_ONCE_WORKERS = 2  # evaluation machines in worker processes (--env-workers): this machine's two cores
 
 
 def bench_at_once(quick: bool) -> dict[str, Any]:
     """Evaluations of --eval-envs games at a time, and the training loop at --envs 1 and 2 (threads: 1, as the
-    sweeps run; the evaluation also with 2)."""
+    sweeps run; the evaluation also with 2, and with its game machines in AT_ONCE_WORKERS processes)."""
     games, rounds = (8, 1) if quick else (100, 2)
     lanes = sorted({min(m, games) for m in AT_ONCE_EVAL_ENVS})
     args = parse_config(["--preset", "atari100k", "--env", AT_ONCE_GAME, "--out", "unused", "--threads", "1"])[0]
@@ -245,12 +247,23 @@ def bench_at_once(quick: bool) -> dict[str, Any]:
     agent = Agent(env.n_actions, "cpu", seed=0, **main.agent_options(args, env))
     rule = main.stack_rule(args, env)
 
-    def evaluation(at_once: int) -> tuple[float, list[float]]:
-        start = time.perf_counter()
-        with contextlib.redirect_stderr(io.StringIO()):
-            games_played = main.seeded_games(args, [0], False)
-            result = evaluate(agent.act_evaluating, games_played, games, args.eval_epsilon, at_once, stack_rule=rule)
-        return time.perf_counter() - start, result.scores
+    def evaluation(at_once: int, workers: int = 0) -> tuple[float, list[float]]:
+        """Seconds and scores; with ``workers``, the machines in that many processes, started before the clock."""
+        processes = GameWorkers(functools.partial(main.make_env, args), [], workers) if workers else None
+        try:
+            machines = main.evaluation_machines(
+                argparse.Namespace(**{**vars(args), "eval_envs": at_once, "eval_episodes": games}), processes
+            )
+            start = time.perf_counter()
+            with contextlib.redirect_stderr(io.StringIO()):
+                games_played = main.seeded_games(args, [0], False, machines)
+                result = evaluate(
+                    agent.act_evaluating, games_played, games, args.eval_epsilon, at_once, stack_rule=rule
+                )
+            return time.perf_counter() - start, result.scores
+        finally:
+            if processes is not None:
+                processes.close()
 
     seconds: dict[int, list[float]] = {m: [] for m in lanes}
     scores: dict[int, list[float]] = {}
@@ -262,6 +275,7 @@ def bench_at_once(quick: bool) -> dict[str, Any]:
     use_threads(2)
     both_cores, _ = evaluation(best)
     use_threads(threads)
+    in_workers, scores_in_workers = evaluation(best, AT_ONCE_WORKERS)
     steps, learning_starts = (1000, 500) if quick else (4000, 2000)
     loop: dict[int, list[float]] = {n: [] for n in AT_ONCE_TRAIN_ENVS}
     for _ in range(rounds):
@@ -277,6 +291,9 @@ def bench_at_once(quick: bool) -> dict[str, Any]:
         "eval_speedup": statistics.mean(seconds[1]) / statistics.mean(seconds[best]),
         "eval_speedup_rounds": [one / many for one, many in zip(seconds[1], seconds[best], strict=True)],
         "eval_both_cores_speedup": statistics.mean(seconds[1]) / both_cores,
+        "eval_workers": AT_ONCE_WORKERS,
+        "eval_workers_speedup": statistics.mean(seconds[1]) / in_workers,
+        "eval_workers_games_differing": sum(a != b for a, b in zip(scores_in_workers, scores[1], strict=True)),
         "eval_games_differing": {str(m): sum(a != b for a, b in zip(scores[m], scores[1], strict=True)) for m in lanes},
         "eval_mean_score": statistics.mean(scores[1]),
         "loop_sps": {str(n): sps for n, sps in loop.items()},

@@ -103,7 +103,9 @@ from dqn_atari.utils_run import (
     start_episodes,
 )
 from dqn_atari.utils_types import EvalResult, FinishedGames, GameResult, Progress, StackRule
-from dqn_atari.utils_workers import GameWorkers
+from dqn_atari.utils_workers import GameWorkers, RemoteGame
+
+EvalMachine = AtariEnv | GymEnv | RemoteGame  # an evaluation's game machine: here, or in a worker process
 
 
 class StopRequest:
@@ -145,7 +147,7 @@ def run_evaluation(
     stopped: Callable[[], bool],
     rule: StackRule,
     finished: FinishedGames | None = None,
-    machines: list[AtariEnv | GymEnv] | None = None,
+    machines: list[EvalMachine] | None = None,
 ) -> EvalResult:
     """Evaluation ``index``: --eval-episodes games seeded by (seed, index), so that a resumed run
     evaluates identically, --eval-envs at a time, their stacks started by ``rule``; ``finished``: the
@@ -186,11 +188,20 @@ def run_evaluation(
 
 
 def seeded_games(
-    args: argparse.Namespace, entropy: list[int], render: bool, pool: list[AtariEnv | GymEnv] | None = None
+    args: argparse.Namespace, entropy: list[int], render: bool, pool: list[EvalMachine] | None = None
 ) -> SeededGames:
     """Evaluation games each seeded from ``entropy`` and its number, the first rendering with ``render``, on the
     game machines of ``pool`` and new ones."""
     return SeededGames(lambda seed, render: make_env(args, seed, render), entropy, render, pool)
+
+
+def evaluation_machines(args: argparse.Namespace, workers: GameWorkers | None) -> list[EvalMachine]:
+    """With --env-workers, the game machines of seeded evaluations, as many as play at once, made in the ``workers``
+    (each seeded again for every game it plays, as a machine made here would be) and stepped there at once; without,
+    none yet: they are made here as they are needed."""
+    if workers is None or args.eval_games == "serial":
+        return []
+    return workers.add(list(range(min(args.eval_envs, args.eval_episodes))))  # each game's seed replaces these
 
 
 class TrainSummary(NamedTuple):
@@ -238,16 +249,26 @@ def play_checkpoint(args: argparse.Namespace, checkpoint: dict[str, Any]) -> int
         suffix = 1
         while frame_dir.exists():  # never replace frames a user already has
             frame_dir, suffix = folder / f"playback_{source.stem}_{suffix}", suffix + 1
-    result = evaluate(
-        agent.act_evaluating,
-        seeded_games(args, [args.seed], args.render),
-        args.eval_episodes,
-        args.eval_epsilon,
-        args.eval_envs,
-        frame_dir,
-        stack_rule=stack_rule(args, env),
-        show_progress=True,
+    machines = min(args.eval_envs, args.eval_episodes)  # at once
+    workers = (
+        GameWorkers(functools.partial(make_env, args), [], min(args.env_workers, machines))
+        if args.env_workers
+        else None
     )
+    try:
+        result = evaluate(
+            agent.act_evaluating,
+            seeded_games(args, [args.seed], args.render, evaluation_machines(args, workers)),
+            args.eval_episodes,
+            args.eval_epsilon,
+            args.eval_envs,
+            frame_dir,
+            stack_rule=stack_rule(args, env),
+            show_progress=True,
+        )
+    finally:
+        if workers is not None:
+            workers.close()
     for episode, score in enumerate(result.scores):
         print(f"Episode #{episode}: reward: {score:.1f}", flush=True)
     print(f"Mean reward over {len(result.scores)} episodes: {np.mean(result.scores):.1f}", flush=True)
@@ -428,7 +449,8 @@ class Trainer:
             games = [env, *(make_env(args, training_seed(args.seed, game)) for game in range(1, args.envs))]
         self.players = [Player(game, self.memory, args.clip_rewards, stream) for stream, game in enumerate(games)]
         self.in_round = False  # some games of --envs have stepped beyond the steps counted
-        self.eval_machines: list[AtariEnv | GymEnv] = []  # the evaluations' game machines, seeded for each game
+        # The evaluations' game machines, seeded for each game (with --env-workers, in the workers).
+        self.eval_machines = evaluation_machines(args, self.workers)
         self.progress = Progress()
         self.updates = 0  # gradient steps taken in this process
         self.evaluation_stopped = False  # a stop cut an evaluation short in this process: its games are unsaved

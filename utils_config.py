@@ -53,12 +53,13 @@ RESUMABLE_OPTIONS = {
 # choose the host this machine connects to (--resume, --evaluate and dqn.load_agent drop it).
 PER_START_OPTIONS = {"ray_address"}
 # Options that --evaluate takes from the user; the others come from the checkpoint. Of these, a
-# playback's own (not the run's) unless given: the number of games, and whether to save frames.
+# playback's own (not the run's) unless given: the number of games, whether to save frames, and the processes
+# that step them (this machine's, not the training machine's).
 PLAYBACK_OPTIONS = {
     "evaluate", "eval_episodes", "eval_envs", "eval_epsilon", "render", "device", "threads", "seed", "out",
-    "sticky_actions",
+    "sticky_actions", "env_workers",
 }  # fmt: skip
-PLAYBACK_DEFAULTS = ("eval_episodes", "render")
+PLAYBACK_DEFAULTS = ("eval_episodes", "render", "env_workers")
 # Which games a run's evaluations play (--eval-games): it changes nothing in training, and a run keeps one
 # scheme from its first evaluation to its last.
 EVALUATION_SCHEMES = ("seeded", "serial")
@@ -329,8 +330,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--env-workers",
         type=int,
         default=0,
-        help="processes that step the --envs games, each its share at once (0: this process steps them in turn); "
-        "the same run either way, bit for bit",
+        help="processes that step the --envs games, each its share at once (0: this process steps them in turn), "
+        "and the evaluations' games too; the same run either way, bit for bit",
     )
     add("--seed", type=int, default=0, help="seeds the game, the network, exploration and replay sampling")
     add(

@@ -829,6 +829,14 @@ class Lane:
 PROGRESS_STEPS = 1000  # an evaluation's progress bar shows the oldest game's steps this often
 
 
+def step_in_workers(machines: list[Any], actions: np.ndarray) -> None:
+    """The machines in worker processes (``utils_workers.RemoteGame``, with --env-workers) take their steps there,
+    all at once, before each one's ``step`` gives its result; the others step when ``step`` is called."""
+    groups = {id(machine.workers): machine.workers for machine in machines if hasattr(machine, "workers")}
+    for workers in groups.values():
+        workers.step_games(machines, actions)
+
+
 def evaluate(
     act: Callable[[np.ndarray, float, list[np.random.Generator]], np.ndarray],
     games: SerialGames | SeededGames,
@@ -902,6 +910,7 @@ def evaluate(
                     )
                 )
             actions = act(np.stack([lane.stack.frames for lane in playing]), epsilon, [lane.rng for lane in playing])
+            step_in_workers([lane.env for lane in playing], actions)
             for lane, action in zip(list(playing), actions, strict=True):
                 result = lane.env.step(int(action))
                 lane.stack.advance(result)

@@ -960,7 +960,13 @@ def at_once_markdown(figures: dict[str, Any]) -> str:
     lines += [
         "",
         f"--eval-envs {best} against 1: **{figures['eval_speedup']:.2f}x** (rounds: {rounds}); with both cores "
-        f"(2 threads), {figures['eval_both_cores_speedup']:.2f}x.",
+        f"(2 threads), {figures['eval_both_cores_speedup']:.2f}x."
+        + (  # a file from before evaluations ran in worker processes has none
+            f" With the game machines in {figures['eval_workers']} worker processes (`--env-workers`, 1 thread), "
+            f"{figures['eval_workers_speedup']:.2f}x, {figures['eval_workers_games_differing']} games differing."
+            if "eval_workers" in figures
+            else ""
+        ),
         "",
         "Training loop (Breakout, the default settings, 1 thread), steps/s once learning started:",
         "",

@@ -1,13 +1,16 @@
-"""Training games stepped in worker processes (``--env-workers W``): the ``--envs`` games split among W processes,
+"""Games stepped in worker processes (``--env-workers W``): the ``--envs`` training games split among W processes,
 each stepping its own while the others step theirs, so that a round of N games takes the time of N / W emulator
-steps rather than N. The emulator's Python binding holds the GIL, so threads would not run them side by side.
+steps rather than N. The same processes hold the game machines of the evaluations (as many as play at once), which
+they step while the training games wait. The emulator's Python binding holds the GIL, so threads would not run them
+side by side.
 
 Each game is the object the training loop would make in its own process (``main.make_env`` with the game's seed), so
 a run with workers plays the frames, scores and draws of the same run without them, bit for bit; only where the
 emulators run changes. The loop sends every game its action, then each ``Player`` takes its game's result from its
 ``RemoteGame`` as it would from the game itself. Resets, and a checkpoint's emulator states, go to the one worker
-that holds the game. A worker ignores Ctrl-C (the run's stop is the training process's to handle) and ends when the
-training process does, killed or not: its end of the pipe closes.
+that holds the game; so does an evaluation machine's new seed for its next game. A worker ignores Ctrl-C (the run's
+stop is the training process's to handle) and ends when the training process does, killed or not: its end of the
+pipe closes.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import contextlib
 import multiprocessing
 import multiprocessing.connection
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -47,10 +50,17 @@ def serve(connection: multiprocessing.connection.Connection, make: Callable[[int
         if command == "close":
             return
         try:
-            if command == "step":
-                answer: Any = [game.step(action) for game, action in zip(games, argument, strict=True)]
+            if command == "step":  # the games of this worker that step, with their actions
+                answer: Any = [games[index].step(action) for index, action in argument]
+            elif command == "make":  # more games: an evaluation's machines
+                made = [make(seed) for seed in argument]
+                games += made
+                answer = [(game.n_actions, game.stack_depth, game.frame_shape) for game in made]
             elif command == "reset":
                 answer = games[argument].reset()
+            elif command == "reseed":
+                index, seed = argument
+                answer = games[index].reseed(seed)
             elif command == "get_state":
                 answer = games[argument].get_state()
             else:  # set_state
@@ -62,8 +72,8 @@ def serve(connection: multiprocessing.connection.Connection, make: Callable[[int
 
 
 class GameWorkers:
-    """The training games of ``seeds`` made by ``make(seed)`` in ``workers`` processes (consecutive games in each);
-    ``games`` stand in for them in the training process."""
+    """The training games of ``seeds`` (none for a playback) made by ``make(seed)`` in ``workers`` processes
+    (consecutive games in each); ``games`` stand in for them in the training process. ``add`` makes more there."""
 
     def __init__(self, make: Callable[[int], AtariEnv | GymEnv], seeds: list[int], workers: int) -> None:
         context = multiprocessing.get_context("spawn")  # a fork of a process running torch's threads can hang
@@ -71,6 +81,7 @@ class GameWorkers:
         self.connections: list[multiprocessing.connection.Connection] = []
         self.processes: list[Any] = []
         self.games: list[RemoteGame] = []
+        self.held = [len(block) for block in self.blocks]  # games made in each worker, those of ``add`` too
         try:
             for block in self.blocks:
                 mine, theirs = context.Pipe()
@@ -79,22 +90,44 @@ class GameWorkers:
                 theirs.close()  # the worker's end lives in the worker alone: its death closes the pipe here
                 self.connections.append(mine)
                 self.processes.append(process)
-            for worker, block in enumerate(self.blocks):
+            for worker in range(len(self.blocks)):
                 if not self.connections[worker].poll(START_SECONDS):
-                    raise EnvironmentFailed(f"the process of training games {describe(block)} did not start")
+                    raise EnvironmentFailed(f"the process of {self.holding(worker)} did not start")
                 for index, layout in enumerate(self.receive(worker)):
                     self.games.append(RemoteGame(self, worker, index, *layout))
         except BaseException:
             self.close()
             raise
 
+    def add(self, seeds: list[int]) -> list[RemoteGame]:
+        """Games of ``seeds`` made in the workers, dealt out in turn; what stands in for them here, in that order."""
+        owners = [number % len(self.blocks) for number in range(len(seeds))]
+        workers = sorted(set(owners))
+        for worker in workers:
+            self.send(worker, ("make", [seed for seed, owner in zip(seeds, owners, strict=True) if owner == worker]))
+        made = {}
+        for worker in workers:
+            layouts = self.receive(worker)
+            first, self.held[worker] = self.held[worker], self.held[worker] + len(layouts)
+            made[worker] = iter([RemoteGame(self, worker, first + k, *layout) for k, layout in enumerate(layouts)])
+        return [next(made[owner]) for owner in owners]
+
     def step(self, actions: np.ndarray) -> None:
         """Every game's step with its action, in every worker at once; each ``RemoteGame.step`` then gives its own."""
-        for worker, block in enumerate(self.blocks):
-            self.send(worker, ("step", [int(actions[g]) for g in block]))
-        for worker, block in enumerate(self.blocks):
-            for g, result in zip(block, self.receive(worker), strict=True):
-                self.games[g].result = result
+        self.step_games(self.games, actions)
+
+    def step_games(self, games: Sequence[Any], actions: Sequence[int] | np.ndarray) -> None:
+        """A step of each of ``games`` that is one of these workers' (any other is left alone), with its action, in
+        every worker at once; each ``RemoteGame.step`` then gives its own."""
+        steps: dict[int, list[tuple[RemoteGame, int]]] = {}
+        for game, action in zip(games, actions, strict=True):
+            if isinstance(game, RemoteGame) and game.workers is self:
+                steps.setdefault(game.worker, []).append((game, int(action)))
+        for worker, pairs in steps.items():
+            self.send(worker, ("step", [(game.index, action) for game, action in pairs]))
+        for worker, pairs in steps.items():
+            for (game, _), result in zip(pairs, self.receive(worker), strict=True):
+                game.result = result
 
     def call(self, worker: int, command: str, argument: Any) -> Any:
         self.send(worker, (command, argument))
@@ -118,14 +151,12 @@ class GameWorkers:
             raise EmulatorStateError(message)
         if kind in (EnvironmentFailed.__name__, "ObservationError"):
             raise EnvironmentFailed(message)
-        raise EnvironmentFailed(f"a training game raised {kind}: {message}")
+        raise EnvironmentFailed(f"a game raised {kind}: {message}")
 
     def gone(self, worker: int) -> EnvironmentFailed:
         process = self.processes[worker]
         process.join(timeout=5)
-        return EnvironmentFailed(
-            f"the process of training games {describe(self.blocks[worker])} died (exit code {process.exitcode})"
-        )
+        return EnvironmentFailed(f"the process of {self.holding(worker)} died (exit code {process.exitcode})")
 
     def close(self) -> None:
         """End the workers (they end by themselves when this process does, too)."""
@@ -140,14 +171,18 @@ class GameWorkers:
                 process.join()
         self.connections, self.processes = [], []
 
-
-def describe(block: list[int]) -> str:
-    return f"{block[0]}-{block[-1]}" if len(block) > 1 else str(block[0])
+    def holding(self, worker: int) -> str:
+        """What a worker holds, for messages: its training games, or a playback's games."""
+        block = self.blocks[worker]
+        if not block:
+            return f"the playback's games (worker {worker + 1} of {len(self.blocks)})"
+        return f"training games {block[0]}-{block[-1]}" if len(block) > 1 else f"training games {block[0]}"
 
 
 class RemoteGame:
-    """A training game in a worker process, with the surface ``Player`` uses: ``step`` gives the result of the
-    step ``GameWorkers.step`` took for it; ``reset`` and the emulator's state go to its worker and back."""
+    """A game in a worker process, with the surface ``Player`` and an evaluation use: ``step`` gives the result of
+    the step ``GameWorkers.step_games`` took for it; ``reset``, ``reseed`` and the emulator's state go to its worker
+    and back."""
 
     def __init__(
         self, workers: GameWorkers, worker: int, index: int, n_actions: int, stack_depth: int, frame_shape: tuple
@@ -164,6 +199,9 @@ class RemoteGame:
 
     def reset(self) -> np.ndarray:
         return self.workers.call(self.worker, "reset", self.index)
+
+    def reseed(self, seed: int) -> None:
+        self.workers.call(self.worker, "reseed", (self.index, seed))
 
     def get_state(self) -> dict[str, Any]:
         return self.workers.call(self.worker, "get_state", self.index)

@@ -12,14 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_main import assert_same_run
+from test_main import assert_same_run, rewards
 
 from dqn_atari import main
 from dqn_atari.utils_config import parse_config, saved_options
 from dqn_atari.utils_drl import Agent
-from dqn_atari.utils_env import AtariEnv, EvaluationStopped, Player, SeededGames, evaluate
+from dqn_atari.utils_env import AtariEnv, EnvironmentFailed, EvaluationStopped, Player, SeededGames, evaluate
 from dqn_atari.utils_memory import ReplayMemory
 from dqn_atari.utils_run import load_checkpoint, read_episodes
+from dqn_atari.utils_workers import GameWorkers
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = [
@@ -67,6 +68,26 @@ def test_seeded_evaluation_games_are_the_same_however_many_play_at_once(sticky_a
     for at_once in (1, 3, 5):
         played = evaluate(agent.act_all, games(reuse=True), 5, 0.3, at_once)
         assert (played.scores, played.steps) == (new.scores, new.steps), at_once
+
+
+def test_evaluation_machines_in_worker_processes_play_the_same_games_and_a_dead_one_is_one_line():
+    """--env-workers: the evaluation's machines made in two worker processes (a playback's: no training games
+    there), stepped there at once and seeded again for each game there, play the games of machines made here, the
+    first one rendering here beside them; a worker killed under an evaluation ends it with one line."""
+    agent = Agent(4, seed=1)
+    here = evaluate(agent.act_all, SeededGames(short_games, [7, 0, 1], render_first=True), 5, 0.3, 3)
+    workers = GameWorkers(functools.partial(AtariEnv, "ALE/Breakout-v5", max_episode_frames=600), [], 2)
+    try:
+        machines = workers.add([0, 1, 2])
+        assert [machine.worker for machine in machines] == [0, 1, 0]
+        played = evaluate(agent.act_all, SeededGames(short_games, [7, 0, 1], True, machines), 5, 0.3, 3)
+        assert (played.scores, played.steps) == (here.scores, here.steps) and len(set(here.scores)) > 1
+        workers.processes[1].kill()
+        message = r"^the process of the playback's games \(worker 2 of 2\) died \(exit code -9\)$"
+        with pytest.raises(EnvironmentFailed, match=message):
+            evaluate(agent.act_all, SeededGames(short_games, [7, 0, 1], pool=machines), 5, 0.3, 3)
+    finally:
+        workers.close()
 
 
 def test_a_stopped_seeded_evaluation_goes_on_with_another_number_at_once():
@@ -136,6 +157,7 @@ def test_training_games_at_once_resume_exactly_from_a_stop_inside_a_round(tmp_pa
     assert interrupted["run"]["step"] == 201 and len(interrupted["players"]) == 3
     assert main.main(["--resume", str(tmp_path / "split")]) == 0
     assert_same_run(tmp_path / "straight", tmp_path / "split", "model_002.pt", "model_002.pt")
+    assert rewards(tmp_path / "straight") == rewards(tmp_path / "split")  # with workers, evaluations 0 and 1 too
     assert len(read_episodes(tmp_path / "straight" / "episodes.csv")) >= 3
 
 

@@ -165,7 +165,8 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes_at_its_step(tmp_path):
     ids=["nature", "atari100k-v1-like", "atari100k-like", "rainbow-like"],
 )
 def test_resume_with_saved_memory_is_equivalent_to_an_uninterrupted_run(tmp_path, recipe):
-    common = [*TINY, *recipe, "--eval-every", "150", "--save-memory", "--seed", "3"]
+    # Batches of 8: a resume does not depend on the batch size, and the recipes learning every step cost less.
+    common = [*TINY, *recipe, "--batch-size", "8", "--eval-every", "150", "--save-memory", "--seed", "3"]
     assert main.main([*common, "--steps", "300", "--out", str(tmp_path / "straight")]) == 0
     assert main.main([*common, "--steps", "150", "--out", str(tmp_path / "split")]) == 0
     note = sweep.resume_note(sweep.Run("Breakout", 3, tmp_path / "split"))  # what a sweep says before it resumes
@@ -287,6 +288,9 @@ def test_evaluate_a_checkpoint_prints_each_episode(tmp_path, capsys):
     assert main.main(["--evaluate", str(run / "model_001.pt"), "--eval-episodes", "3", "--eval-envs", "1"]) == 0
     one_at_a_time = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Episode #")]
     assert one_at_a_time == episodes  # each game seeded by --seed and its number: the same games at 1 and 3 at once
+    assert main.main(["--evaluate", str(run / "model_001.pt"), "--eval-episodes", "3", "--env-workers", "2"]) == 0
+    in_workers = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Episode #")]
+    assert in_workers == episodes  # and with their machines in two worker processes
     frames = sorted((run / "playback_model_001").iterdir())
     assert frames and frames[0].name == "000000.png"
     with pytest.raises(SystemExit):
@@ -416,6 +420,7 @@ def test_the_atari100k_preset_runs_end_to_end_and_resumes(tmp_path):
     evaluation; the memory saved with each checkpoint, so that a resume is exact."""
     run = tmp_path / "run"
     small = ["--learning-starts", "100", "--memory-size", "1000", "--eval-episodes", "1", "--max-episode-frames", "400"]
+    small += ["--batch-size", "8"]  # a step per step: smaller batches keep the test short
     done = run_main("--preset", "atari100k", "--env", "Pong", "--steps", "250", *small, "--out", str(run))
     assert done.returncode == 0, done.stderr
     assert [(i, s) for i, s, _ in rewards(run)] == [(0, 0), (1, 250)]  # before training and after it
