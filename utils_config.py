@@ -802,8 +802,6 @@ def check_envs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
             f"--eval-envs {args.eval_envs}: this run's evaluations are serial (--eval-games serial, one game machine "
             "playing the games in turn), one game at a time"
         )
-    if args.env_workers > args.envs and args.evaluate is None:
-        parser.error(f"--env-workers {args.env_workers} exceeds --envs {args.envs}: a worker steps one game or more")
     if args.envs == 1 or args.evaluate is not None:
         return
     if args.actors:

@@ -73,7 +73,8 @@ def serve(connection: multiprocessing.connection.Connection, make: Callable[[int
 
 class GameWorkers:
     """The training games of ``seeds`` (none for a playback) made by ``make(seed)`` in ``workers`` processes
-    (consecutive games in each); ``games`` stand in for them in the training process. ``add`` makes more there."""
+    (consecutive games in each, none in some when there are more workers than games); ``games`` stand in for them in
+    the training process. ``add`` makes more there."""
 
     def __init__(self, make: Callable[[int], AtariEnv | GymEnv], seeds: list[int], workers: int) -> None:
         context = multiprocessing.get_context("spawn")  # a fork of a process running torch's threads can hang
@@ -100,8 +101,12 @@ class GameWorkers:
             raise
 
     def add(self, seeds: list[int]) -> list[RemoteGame]:
-        """Games of ``seeds`` made in the workers, dealt out in turn; what stands in for them here, in that order."""
-        owners = [number % len(self.blocks) for number in range(len(seeds))]
+        """Games of ``seeds`` made in the workers, each in the one holding fewest; what stands in for them here, in
+        that order."""
+        held, owners = list(self.held), []
+        for _ in seeds:
+            owners.append(held.index(min(held)))
+            held[owners[-1]] += 1
         workers = sorted(set(owners))
         for worker in workers:
             self.send(worker, ("make", [seed for seed, owner in zip(seeds, owners, strict=True) if owner == worker]))
@@ -172,10 +177,10 @@ class GameWorkers:
         self.connections, self.processes = [], []
 
     def holding(self, worker: int) -> str:
-        """What a worker holds, for messages: its training games, or a playback's games."""
+        """What a worker holds, for messages: its training games, else evaluation games."""
         block = self.blocks[worker]
         if not block:
-            return f"the playback's games (worker {worker + 1} of {len(self.blocks)})"
+            return f"evaluation games (worker {worker + 1} of {len(self.blocks)})"
         return f"training games {block[0]}-{block[-1]}" if len(block) > 1 else f"training games {block[0]}"
 
 

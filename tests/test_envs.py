@@ -83,7 +83,7 @@ def test_evaluation_machines_in_worker_processes_play_the_same_games_and_a_dead_
         played = evaluate(agent.act_all, SeededGames(short_games, [7, 0, 1], True, machines), 5, 0.3, 3)
         assert (played.scores, played.steps) == (here.scores, here.steps) and len(set(here.scores)) > 1
         workers.processes[1].kill()
-        message = r"^the process of the playback's games \(worker 2 of 2\) died \(exit code -9\)$"
+        message = r"^the process of evaluation games \(worker 2 of 2\) died \(exit code -9\)$"
         with pytest.raises(EnvironmentFailed, match=message):
             evaluate(agent.act_all, SeededGames(short_games, [7, 0, 1], pool=machines), 5, 0.3, 3)
     finally:
@@ -140,13 +140,14 @@ def stop_at(monkeypatch, step: int) -> None:
 
 @pytest.mark.parametrize(
     "memory,split_only",
-    [([], []), (["--prioritized"], ["--env-workers", "2"])],
+    [([], []), (["--prioritized"], ["--env-workers", "4"])],
     ids=["uniform", "prioritized-stopped-run-in-worker-processes"],
 )
 def test_training_games_at_once_resume_exactly_from_a_stop_inside_a_round(tmp_path, monkeypatch, memory, split_only):
     """--envs 3: a Ctrl-C at step 200, inside a round, stops at the round's end (step 201); with --save-memory the
     resumed run is the one that never stopped, weight for weight and game for game, with either memory, and with
-    its games stepped in two worker processes (their states saved and restored through them) as in this one."""
+    its games stepped in four worker processes (their states saved and restored through them; the fourth and the
+    first hold the evaluations' two machines) as in this one."""
     common = [*TINY, *memory, "--envs", "3", "--eval-every", "150", "--save-memory", "--seed", "3"]
     common += ["--max-episode-frames", "300"]  # games of 75 steps at most: each game ends in episodes.csv
     assert main.main([*common, "--steps", "300", "--out", str(tmp_path / "straight")]) == 0
