@@ -199,7 +199,7 @@ def evaluation_machines(args: argparse.Namespace, workers: GameWorkers | None) -
     """With --env-workers, the game machines of seeded evaluations, as many as play at once, made in the ``workers``
     (each seeded again for every game it plays, as a machine made here would be) and stepped there at once; without,
     none yet: they are made here as they are needed."""
-    if workers is None or args.eval_games == "serial":
+    if workers is None:
         return []
     return workers.add(list(range(min(args.eval_envs, args.eval_episodes))))  # each game's seed replaces these
 
@@ -449,8 +449,9 @@ class Trainer:
             games = [env, *(make_env(args, training_seed(args.seed, game)) for game in range(1, args.envs))]
         self.players = [Player(game, self.memory, args.clip_rewards, stream) for stream, game in enumerate(games)]
         self.in_round = False  # some games of --envs have stepped beyond the steps counted
-        # The evaluations' game machines, seeded for each game (with --env-workers, in the workers).
-        self.eval_machines = evaluation_machines(args, self.workers)
+        # The evaluations' game machines, seeded for each game (with --env-workers, in the workers); a serial
+        # evaluation makes its one machine itself.
+        self.eval_machines = evaluation_machines(args, self.workers) if args.eval_games == "seeded" else []
         self.progress = Progress()
         self.updates = 0  # gradient steps taken in this process
         self.evaluation_stopped = False  # a stop cut an evaluation short in this process: its games are unsaved
