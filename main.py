@@ -249,12 +249,7 @@ def play_checkpoint(args: argparse.Namespace, checkpoint: dict[str, Any]) -> int
         suffix = 1
         while frame_dir.exists():  # never replace frames a user already has
             frame_dir, suffix = folder / f"playback_{source.stem}_{suffix}", suffix + 1
-    machines = min(args.eval_envs, args.eval_episodes)  # at once
-    workers = (
-        GameWorkers(functools.partial(make_env, args), [], min(args.env_workers, machines))
-        if args.env_workers
-        else None
-    )
+    workers = GameWorkers(functools.partial(make_env, args), [], args.env_workers) if args.env_workers else None
     try:
         result = evaluate(
             agent.act_evaluating,
