@@ -8,6 +8,7 @@ utils_model), and the run folder (utils_run).
 from __future__ import annotations
 
 import argparse
+import collections
 import functools
 import math
 import os
@@ -102,7 +103,7 @@ from dqn_atari.utils_run import (
     settle_memory,
     start_episodes,
 )
-from dqn_atari.utils_types import EvalResult, FinishedGames, GameResult, Progress, StackRule
+from dqn_atari.utils_types import Batch, EvalResult, FinishedGames, GameResult, Progress, StackRule
 from dqn_atari.utils_workers import GameWorkers, RemoteGame
 
 EvalMachine = AtariEnv | GymEnv | RemoteGame  # an evaluation's game machine: here, or in a worker process
@@ -337,6 +338,7 @@ def play_and_learn(run: Trainer) -> None:
         actions = agent.act_all(np.stack([player.state for player in players]), epsilon)
         run.in_round = len(players) > 1  # the games ahead of the step count: no checkpoint until the round ends
         games = play_round(run, actions)
+        run.draw_batches(len(games))  # the round's learning steps' batches at once, where they may be drawn ahead
         for game in games:
             run.step_done(game, epsilon, learn=True)
         run.in_round = False
@@ -449,6 +451,7 @@ class Trainer:
         self.eval_machines = evaluation_machines(args, self.workers) if args.eval_games == "seeded" else []
         self.progress = Progress()
         self.updates = 0  # gradient steps taken in this process
+        self.drawn: collections.deque[Batch] = collections.deque()  # batches drawn ahead for the learning steps due
         self.evaluation_stopped = False  # a stop cut an evaluation short in this process: its games are unsaved
         self.averages: torch.Tensor | None = None  # the loss and mean Q, exponential averages, on the device
         self.beta = args.beta0
@@ -553,11 +556,20 @@ class Trainer:
         if progress.step % 100 == 0:
             self.show_progress(epsilon)
 
+    def draw_batches(self, steps: int) -> None:
+        """Draw the batches of the learning steps due in the next ``steps`` steps (a round of games, pushed before
+        its first learning step) together, where the memory's draws do not depend on the learning between them:
+        the batches drawn one at a time, gathered and sent to the device at once."""
+        args, step = self.args, self.progress.step
+        due = (step + steps) // args.train_every - max(step, args.learning_starts) // args.train_every
+        if due > 1 and self.memory.draws_ahead:
+            self.drawn.extend(self.memory.sample_batches(due, args.batch_size))
+
     def learn(self) -> None:
         """One gradient step on a sampled batch, and the priorities of its transitions."""
         step = self.progress.step
         self.beta = linear_schedule(step, self.args.beta0, self.args.beta_end, self.args.steps)
-        batch = self.memory.sample(self.args.batch_size, self.beta)
+        batch = self.drawn.popleft() if self.drawn else self.memory.sample(self.args.batch_size, self.beta)
         result = self.agent.learn(batch)
         self.memory.update_priorities(batch.indices, result.priorities)  # uniform: never read
         self.updates += 1

@@ -93,6 +93,7 @@ class ReplayMemory:
 
     _arrays = ("frames", "actions", "rewards", "dones", "starts")
     STAGING_ROWS = 64
+    draws_ahead = True  # its batches do not depend on the learning steps between them: see sample_batches
 
     def __init__(
         self,
@@ -230,8 +231,15 @@ class ReplayMemory:
 
     def sample(self, batch_size: int, beta: float = 1.0) -> Batch:
         """A uniform batch. ``beta`` is ignored: with equal priorities every weight is 1."""
-        slots, windows = self._uniform_slots(batch_size)
-        return self._batch(slots, np.ones(batch_size, dtype=np.float32), windows)
+        return self.sample_batches(1, batch_size)[0]
+
+    def sample_batches(self, count: int, batch_size: int) -> list[Batch]:
+        """``count`` uniform batches: the slots ``count`` calls of ``sample`` would draw, one batch after another,
+        gathered and sent to the device together (one transfer, one gather) for the learning steps of a round of
+        games, between which nothing is pushed."""
+        slots, windows = self._uniform_slots(batch_size, count)
+        batch = self._batch(slots, np.ones(len(slots), dtype=np.float32), windows)
+        return [Batch(*(field[k * batch_size : (k + 1) * batch_size] for field in batch)) for k in range(count)]
 
     def update_priorities(self, slots: np.ndarray, td_errors: np.ndarray | torch.Tensor) -> None:
         """Uniform replay has no priorities; present so both memories share one interface (and
@@ -330,21 +338,28 @@ class ReplayMemory:
         first, last = self._sampleable_range()
         return np.maximum(last - first + 1, 0)
 
-    def _uniform_slots(self, batch_size: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
-        """Uniformly drawn sampleable slots, with their ``_windows`` (computed once, for ``_batch`` too)."""
+    def _uniform_slots(self, batch_size: int, count: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+        """``count`` batches of uniformly drawn sampleable slots, one after another, with their ``_windows``
+        (computed once, for ``_batch`` too)."""
         counts = self._range_sizes()
         total = int(counts.sum())
         if total == 0:
             raise ValueError(f"the memory holds {len(self)} steps, too few to sample from")
-        slots = self._range_slots(self.rng.integers(0, total, size=batch_size), counts)
-        # Only the rare last steps of frame-limited games fail inside the range: redraw them.
-        for _ in range(1000):
-            windows = self._windows(slots)
-            rejected = ~windows[0]
-            if not rejected.any():
-                return slots, windows
-            slots[rejected] = self._range_slots(self.rng.integers(0, total, size=int(rejected.sum())), counts)
-        raise RuntimeError("could not draw sampleable transitions; are all games cut by the frame limit?")
+        batches = []
+        for _ in range(count):
+            slots = self._range_slots(self.rng.integers(0, total, size=batch_size), counts)
+            # Only the rare last steps of frame-limited games fail inside the range: redraw them.
+            for _ in range(1000):
+                windows = self._windows(slots)
+                rejected = ~windows[0]
+                if not rejected.any():
+                    break
+                slots[rejected] = self._range_slots(self.rng.integers(0, total, size=int(rejected.sum())), counts)
+            else:
+                raise RuntimeError("could not draw sampleable transitions; are all games cut by the frame limit?")
+            batches.append((slots, *windows))
+        slots, *windows = (np.concatenate(column) for column in zip(*batches, strict=True))
+        return slots, tuple(windows)
 
     def _range_slots(self, draws: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """Map draws in [0, sum(counts)) to slots: the streams' sampleable ranges laid end to end."""
@@ -604,6 +619,7 @@ class PrioritizedReplayMemory(ReplayMemory):
     """
 
     MAX_PRIORITY_PERIOD = 1000
+    draws_ahead = False  # each batch is drawn by the priorities the learning step before it wrote
 
     def __init__(self, capacity: int, *, alpha: float = 0.6, priority_eps: float = 1e-6, **options: Any) -> None:
         """``options`` are ReplayMemory's (stack_depth, frame_shape, device, seed, ...)."""
@@ -670,6 +686,9 @@ class PrioritizedReplayMemory(ReplayMemory):
         # is kept so the weights before it read as the paper's.
         weights = (self._range_sizes().sum() * self.tree.leaves[slots] / total) ** -beta
         return self._batch(slots, (weights / weights.max()).astype(np.float32))
+
+    def sample_batches(self, count: int, batch_size: int) -> list[Batch]:
+        raise TypeError("prioritized batches are drawn one at a time, each by the priorities the last step wrote")
 
     def update_priorities(self, slots: np.ndarray, td_errors: np.ndarray | torch.Tensor) -> None:
         """Set the priorities of sampled ``slots`` from their TD errors (a device tensor is read

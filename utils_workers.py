@@ -7,10 +7,11 @@ side by side.
 Each game is the object the training loop would make in its own process (``main.make_env`` with the game's seed), so
 a run with workers plays the frames, scores and draws of the same run without them, bit for bit; only where the
 emulators run changes. The loop sends every game its action, then each ``Player`` takes its game's result from its
-``RemoteGame`` as it would from the game itself. Resets, and a checkpoint's emulator states, go to the one worker
-that holds the game; so does an evaluation machine's new seed for its next game. A worker ignores Ctrl-C (the run's
-stop is the training process's to handle) and ends when the training process does, killed or not: its end of the
-pipe closes.
+``RemoteGame`` as it would from the game itself. A training game that a step ends is reset by its worker in the same
+call (its ``Player`` resets it next in any case); other resets, and a checkpoint's emulator states, go to the one
+worker that holds the game; so does an evaluation machine's new seed for its next game. A worker ignores Ctrl-C
+(the run's stop is the training process's to handle) and ends when the training process does, killed or not: its
+end of the pipe closes.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def serve(connection: multiprocessing.connection.Connection, make: Callable[[int
     torch.set_num_threads(1)  # the frames' resize is torch's: one thread per worker, the training process has its own
     try:
         games = [make(seed) for seed in seeds]
+        training = len(games)  # the first games are the training games; ``make`` adds evaluation machines after them
         connection.send(("ok", [(game.n_actions, game.stack_depth, game.frame_shape) for game in games]))
     except Exception as error:  # making someone else's environment can raise anything
         connection.send(("error", type(error).__name__, str(error)))
@@ -51,7 +53,7 @@ def serve(connection: multiprocessing.connection.Connection, make: Callable[[int
             return
         try:
             if command == "step":  # the games of this worker that step, with their actions
-                answer: Any = [games[index].step(action) for index, action in argument]
+                answer: Any = [step_and_reset(games[index], action, index < training) for index, action in argument]
             elif command == "make":  # more games: an evaluation's machines
                 made = [make(seed) for seed in argument]
                 games += made
@@ -69,6 +71,13 @@ def serve(connection: multiprocessing.connection.Connection, make: Callable[[int
             connection.send(("ok", answer))
         except Exception as error:  # the game's own failure, said in the training process
             connection.send(("error", type(error).__name__, str(error)))
+
+
+def step_and_reset(game: Any, action: int, training: bool) -> tuple[StepResult, np.ndarray | None]:
+    """A game's step, and the first frame of its next game where the step ended a training game: its ``Player``
+    resets it at once, so the worker does it here, beside the others, rather than in a call of its own."""
+    result = game.step(action)
+    return result, game.reset() if training and (result.terminated or result.truncated) else None
 
 
 class GameWorkers:
@@ -131,8 +140,8 @@ class GameWorkers:
         for worker, pairs in steps.items():
             self.send(worker, ("step", [(game.index, action) for game, action in pairs]))
         for worker, pairs in steps.items():
-            for (game, _), result in zip(pairs, self.receive(worker), strict=True):
-                game.result = result
+            for (game, _), (result, next_first_frame) in zip(pairs, self.receive(worker), strict=True):
+                game.result, game.next_first_frame = result, next_first_frame
 
     def call(self, worker: int, command: str, argument: Any) -> Any:
         self.send(worker, (command, argument))
@@ -186,8 +195,8 @@ class GameWorkers:
 
 class RemoteGame:
     """A game in a worker process, with the surface ``Player`` and an evaluation use: ``step`` gives the result of
-    the step ``GameWorkers.step_games`` took for it; ``reset``, ``reseed`` and the emulator's state go to its worker
-    and back."""
+    the step ``GameWorkers.step_games`` took for it; ``reset`` gives the first frame the worker already took when that
+    step ended a training game, else goes to the worker and back, as ``reseed`` and the emulator's state do."""
 
     def __init__(
         self, workers: GameWorkers, worker: int, index: int, n_actions: int, stack_depth: int, frame_shape: tuple
@@ -195,6 +204,7 @@ class RemoteGame:
         self.workers, self.worker, self.index = workers, worker, index
         self.n_actions, self.stack_depth, self.frame_shape = n_actions, stack_depth, tuple(frame_shape)
         self.result: StepResult | None = None
+        self.next_first_frame: np.ndarray | None = None  # the reset the worker did after the step that ended a game
 
     def step(self, action: int) -> StepResult:
         result, self.result = self.result, None
@@ -203,13 +213,16 @@ class RemoteGame:
         return result
 
     def reset(self) -> np.ndarray:
-        return self.workers.call(self.worker, "reset", self.index)
+        frame, self.next_first_frame = self.next_first_frame, None
+        return self.workers.call(self.worker, "reset", self.index) if frame is None else frame
 
     def reseed(self, seed: int) -> None:
+        self.next_first_frame = None
         self.workers.call(self.worker, "reseed", (self.index, seed))
 
     def get_state(self) -> dict[str, Any]:
         return self.workers.call(self.worker, "get_state", self.index)
 
     def set_state(self, state: dict[str, Any]) -> None:
+        self.next_first_frame = None
         self.workers.call(self.worker, "set_state", (self.index, state))

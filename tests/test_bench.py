@@ -137,15 +137,22 @@ def test_the_docs_show_the_committed_games_at_once_gpu_figures():
 def test_a_rounds_parts_are_the_loops_own_calls_timed_in_place():
     """round_parts times the loop's batched action, its rounds of play and its learning steps where main.py calls
     them, from the first learning step to the last call; what is left is the rest of the round. The GPU check's
-    table shows them."""
+    table shows them, and an evaluation's time with the hours of 10M steps and 40 evaluations at the fastest."""
     parts = bench.round_parts(envs=2, workers=0, steps=64, learning_starts=32, memory_size=10_000)
     assert set(parts) == {"action", "play", "learning", "rest"}
     assert all(value > 0 for value in parts.values()), parts
     envs = {"sps": {"1 games, 0 workers": 1.0}, "sps_rounds": {"1 games, 0 workers": [1.0]},
             "fastest": "1 games, 0 workers", "hours_per_10m_steps": 1.0, "settings": {"device": "cpu"},
             "round_parts_ms": {"envs": 2, "workers": 0, **parts}}  # fmt: skip
-    table = utils_results.gpu_tables({"envs": envs})
+    evaluation = {"agent_step": 1_250_000, "0 workers": {"seconds": 90.0, "steps": 30_000, "scores": [1.0] * 10,
+                  "hours_per_40": 1.0}, "10 workers": {"seconds": 36.0, "steps": 30_000, "scores": [1.0] * 10,
+                  "hours_per_40": 0.4}}  # fmt: skip
+    table = utils_results.gpu_tables({"envs": envs, "evaluation": evaluation})
     assert f"| a round of 2 games over 0 workers: learning (ms) | {parts['learning']:.2f} |" in table
+    assert (
+        "| an evaluation of the agent of step 1,250,000 (10 games, 30,000 steps), 10 workers: seconds | 36.0 |" in table
+    )
+    assert table.endswith("| 10M steps with 40 such evaluations, hours | 1.40 |")
 
 
 def test_cleanrl_steps_per_second_are_dated_from_its_sps_lines(tmp_path):

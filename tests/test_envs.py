@@ -90,6 +90,37 @@ def test_evaluation_machines_in_worker_processes_play_the_same_games_and_a_dead_
         workers.close()
 
 
+def play_to_the_end(workers: GameWorkers, game, here: AtariEnv) -> None:
+    """Step ``game`` in its worker and ``here`` the same until the game ends, their frames equal all along."""
+    while True:
+        workers.step_games([game], [3])
+        result, expected = game.step(3), here.step(3)
+        np.testing.assert_array_equal(result.frame, expected.frame)
+        if result.terminated or result.truncated:
+            return
+
+
+def test_a_training_game_ended_in_a_worker_comes_back_reset_once():
+    """A step that ends a training game in a worker brings the first frame of the next game with it: the reset the
+    game's Player asks for next is that frame, the one a game here gives; a reset after it goes to the worker again.
+    An evaluation machine made there later is not reset behind the evaluation's back."""
+    workers = GameWorkers(short_games, [5], 1)
+    try:
+        (game,), here = workers.games, short_games(5)
+        np.testing.assert_array_equal(game.reset(), here.reset())
+        play_to_the_end(workers, game, here)
+        assert game.next_first_frame is not None
+        np.testing.assert_array_equal(game.reset(), here.reset())  # the worker's, taken with the last step
+        assert game.next_first_frame is None
+        np.testing.assert_array_equal(game.reset(), here.reset())  # a second reset: a call of its own
+        (machine,), evaluation = workers.add([6]), short_games(6)
+        np.testing.assert_array_equal(machine.reset(), evaluation.reset())
+        play_to_the_end(workers, machine, evaluation)
+        assert machine.next_first_frame is None
+    finally:
+        workers.close()
+
+
 def test_a_stopped_seeded_evaluation_goes_on_with_another_number_at_once():
     """Stopped with three games at a time, the finished games (not a prefix of the order) are kept and the others
     are played from their seeds again, one at a time: the scores of an evaluation never stopped."""
@@ -160,6 +191,23 @@ def test_training_games_at_once_resume_exactly_from_a_stop_inside_a_round(tmp_pa
     assert_same_run(tmp_path / "straight", tmp_path / "split", "model_002.pt", "model_002.pt")
     assert rewards(tmp_path / "straight") == rewards(tmp_path / "split")  # with workers, evaluations 0 and 1 too
     assert len(read_episodes(tmp_path / "straight" / "episodes.csv")) >= 3
+
+
+def test_a_rounds_batches_drawn_together_train_as_those_drawn_one_at_a_time(tmp_path, monkeypatch):
+    """--envs 4 --train-every 1: four learning steps a round, whose batches the loop draws together after the
+    round's pushes; the run is the one whose learning steps draw their batches one at a time, weight for weight."""
+    common = [*TINY, "--envs", "4", "--train-every", "1", "--steps", "160", "--eval-every", "160"]
+    common += ["--learning-starts", "50", "--eval-episodes", "1", "--max-episode-frames", "400", "--batch-size", "8"]
+    drawn = []
+    with monkeypatch.context() as patch:
+        real = ReplayMemory.sample_batches
+        patch.setattr(ReplayMemory, "sample_batches", lambda memory, *args: drawn.append(args) or real(memory, *args))
+        assert main.main([*common, "--out", str(tmp_path / "together")]) == 0
+    assert [count for count, _ in drawn] == [2] + [4] * 27  # from step 51 on: steps 51 and 52 of round 13
+    with monkeypatch.context() as patch:
+        patch.setattr(ReplayMemory, "draws_ahead", False)
+        assert main.main([*common, "--out", str(tmp_path / "one-at-a-time")]) == 0
+    assert_same_run(tmp_path / "together", tmp_path / "one-at-a-time", "model_001.pt", "model_001.pt")
 
 
 def test_one_game_trains_as_before_and_the_evaluation_scheme_is_recorded(tmp_path):

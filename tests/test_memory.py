@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from dqn_atari.utils_memory import ReplayMemory
+from dqn_atari.utils_memory import PrioritizedReplayMemory, ReplayMemory
 from dqn_atari.utils_types import NATURE_STACKS, StackRule
 
 DEPTH = 4
@@ -183,6 +183,35 @@ def test_uniform_sampling_is_uniform_over_sampleable_slots(streams):
     chi2 = ((counts[mask] - expected) ** 2 / expected).sum()
     dof = mask.sum() - 1
     assert chi2 < dof + 5 * np.sqrt(2 * dof)
+
+
+@pytest.mark.parametrize("frames_on_device", [False, True])
+def test_batches_drawn_together_are_those_drawn_one_at_a_time(frames_on_device):
+    """A round's batches drawn at once (sample_batches) are the batches of as many calls of sample, field for field,
+    the redraws of frame-limited steps included, and leave the generator where the calls leave it; a prioritized
+    memory, whose draws depend on each step's priorities, refuses."""
+    logs = [play_log(160, seed=7 + stream) for stream in range(3)]  # a third of the games cut by the frame limit
+    one_at_a_time, together = (
+        ReplayMemory(150, frame_shape=(1, 3), seed=9, streams=3, n_step=3, frames_on_device=frames_on_device)
+        for _ in range(2)
+    )
+    for memory in (one_at_a_time, together):
+        fill_streams(memory, logs, seed=5)
+    singles = [one_at_a_time.sample(16) for _ in range(40)]
+    drawn = together.sample_batches(40, 16)
+    assert len(drawn) == 40 and all(len(batch.indices) == 16 for batch in drawn)
+    for single, batch in zip(singles, drawn, strict=True):
+        for name, value in single._asdict().items():
+            np.testing.assert_array_equal(np.asarray(getattr(batch, name)), np.asarray(value), err_msg=name)
+    assert together.rng.integers(10**9) == one_at_a_time.rng.integers(10**9)
+    sizes = together._range_sizes()
+    in_range = together._range_slots(np.arange(sizes.sum()), sizes)
+    assert (~together.sampleable(in_range)).mean() > 0.02  # so that some of the 640 draws were redrawn
+    prioritized = PrioritizedReplayMemory(150, frame_shape=(1, 3), streams=3)
+    fill_streams(prioritized, logs, seed=5)
+    assert not prioritized.draws_ahead and together.draws_ahead
+    with pytest.raises(TypeError, match="one at a time"):
+        prioritized.sample_batches(2, 16)
 
 
 def test_too_few_steps_to_sample():
