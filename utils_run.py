@@ -515,11 +515,17 @@ class _RecordingWriter(io.RawIOBase):
         return True
 
     def write(self, data: Any) -> int:
+        # One write(2) moves at most about 2 GiB on Linux, and torch.save ignores a short count: without this loop
+        # a memory past 2 GiB was written cut short and read back as truncated (the main job's, from 2026-11-27).
+        view = memoryview(data).cast("B")
+        written = 0
         try:
-            return self.file.write(data)
+            while written < len(view):
+                written += self.file.write(view[written:])
         except OSError as error:
             self.error = error
             raise
+        return written
 
 
 def save_torch(path: Path, payload: Any) -> None:

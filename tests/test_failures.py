@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from dqn_atari import main, sweep, utils_config, utils_drl
+from dqn_atari import main, sweep, utils_config, utils_drl, utils_run
 from dqn_atari.utils_run import (
     LOCK_FILE,
     MEMORY_FILE,
@@ -609,6 +609,27 @@ def test_write_errors_name_the_real_file_and_survive_a_failed_cleanup(tmp_path, 
         write_atomically(target, failing)
     assert str(error.value) == f"cannot write {target}: No space left on device"
     monkeypatch.setattr(Path, "unlink", real_unlink)
+
+
+class ShortWrites:
+    """A file whose each write moves at most 1,000 bytes, as one write(2) moves at most about 2 GiB on Linux."""
+
+    def __init__(self, file: io.FileIO) -> None:
+        self.file = file
+
+    def write(self, data) -> int:
+        return self.file.write(bytes(memoryview(data).cast("B")[:1000]))
+
+
+def test_a_file_written_in_short_writes_is_whole(tmp_path, monkeypatch):
+    """torch.save ignores a write's short count: the run's writer writes on until every byte is written (a replay
+    memory past 2 GiB was saved cut short before, and read back as truncated)."""
+    real = utils_run._RecordingWriter.__init__
+    monkeypatch.setattr(utils_run._RecordingWriter, "__init__", lambda self, file: real(self, ShortWrites(file)))
+    frames = torch.arange(100_000, dtype=torch.int32)
+    save_memory(tmp_path, {"frames": frames}, 7, {"gamma": 0.99})
+    state, reason = load_memory(tmp_path / "memory_7.pt", 7, {"gamma": 0.99}, {})
+    assert reason == "" and torch.equal(state["frames"], frames)
 
 
 def test_bad_run_folders_and_leftovers(small_run, tmp_path, capsys):
