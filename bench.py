@@ -76,6 +76,7 @@ from dqn_atari.utils_run import (
     REWARDS_FILE,
     CheckpointError,
     RunLogError,
+    load_checkpoint,
     load_newest_checkpoint,
 )
 from dqn_atari.utils_types import Batch, EvalResult
@@ -823,8 +824,7 @@ def run_gpu_evaluation(agent_file: Path, quick: bool) -> dict[str, Any]:
             "hours_per_40": 40 * result.seconds / 3600,
         }  # fmt: skip
         print(f"an evaluation, {workers} workers: {figures[f'{workers} workers']}", file=sys.stderr)
-    checkpoint = torch.load(agent_file, map_location="cpu", weights_only=True)
-    figures["agent_step"] = checkpoint["run"]["step"]
+    figures["agent_step"] = load_checkpoint(agent_file)["run"]["step"]
     return figures
 
 

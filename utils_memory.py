@@ -239,6 +239,8 @@ class ReplayMemory:
         games, between which nothing is pushed."""
         slots, windows = self._uniform_slots(batch_size, count)
         batch = self._batch(slots, np.ones(len(slots), dtype=np.float32), windows)
+        if count == 1:  # sample's one batch, drawn at every learning step: nothing to split
+            return [batch]
         return [Batch(*(field[k * batch_size : (k + 1) * batch_size] for field in batch)) for k in range(count)]
 
     def update_priorities(self, slots: np.ndarray, td_errors: np.ndarray | torch.Tensor) -> None:

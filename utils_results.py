@@ -998,15 +998,15 @@ def gpu_tables(figures: dict[str, Any]) -> str:
             where = f"a round of {parts['envs']} games over {parts['workers']} workers"
             for name in ("action", "play", "learning", "rest"):
                 lines.append(f"| {where}: {name} (ms) | {parts[name]:.2f} |")
-        evaluation = figures.get("evaluation")
+        evaluation = dict(figures.get("evaluation", {}))
         if evaluation:  # a trained agent's evaluation, 40 of which a 10M-step run makes
+            step = evaluation.pop("agent_step")
             for name, played in evaluation.items():
-                if name != "agent_step":
-                    lines.append(
-                        f"| an evaluation of the agent of step {evaluation['agent_step']:,} ({len(played['scores'])} "
-                        f"games, {played['steps']:,} steps), {name}: seconds | {played['seconds']:.1f} |"
-                    )
-            fastest = min(played["hours_per_40"] for name, played in evaluation.items() if name != "agent_step")
+                lines.append(
+                    f"| an evaluation of the agent of step {step:,} ({len(played['scores'])} games, "
+                    f"{played['steps']:,} steps), {name}: seconds | {played['seconds']:.1f} |"
+                )
+            fastest = min(played["hours_per_40"] for played in evaluation.values())
             lines.append(f"| 10M steps with 40 such evaluations, hours | {envs['hours_per_10m_steps'] + fastest:.2f} |")
         tables.append("\n".join(lines))
     return "\n\n".join(tables)
