@@ -554,11 +554,12 @@ def table(figures: dict[str, Any], rows: list[tuple[str, str, str]] = ROWS) -> s
 SIDE_STEPS, SIDE_LEARNING_STARTS, SIDE_MEMORY = 12_000, 4_000, 1_000_000
 GPU_PARTS = ("side", "atari100k", "envs", "evaluation")
 # The games-at-once part: our default loop (Breakout, CleanRL's settings as the side-by-side part) at these --envs,
-# --env-workers and --threads, in turn, GPU_ENVS_ROUNDS rounds of GPU_ENVS_STEPS steps once learning (issue 48 asks
+# --env-workers, --threads and --learn-while-playing, in turn, GPU_ENVS_ROUNDS rounds of GPU_ENVS_STEPS steps once learning (issue 48 asks
 # for 5 of at least 20,000; multiples of 128 games); on a 16-core GPU host the workers share the cores the emulators
-# need, and 15 leave this process one. The fastest of runs 6 and 7 of docs/gpu.md (each setting once), and it with one
-# torch thread, faster in run 7's one round.
-GPU_ENVS = ((1, 0, "auto"), (128, 15, "auto"), (128, 15, 1))
+# need, and 15 leave this process one. The fastest of runs 6 and 7 of docs/gpu.md (each setting once), it learning
+# while its games play (--learn-while-playing: run 7's round of 64 games spent 11.4 ms playing and 17.0 learning, one
+# after the other), and that with one torch thread (faster without it in run 7's one round).
+GPU_ENVS = ((1, 0, "auto", False), (128, 15, "auto", False), (128, 15, "auto", True), (128, 15, 1, True))
 GPU_ENVS_ROUNDS, GPU_ENVS_STEPS, GPU_ENVS_LEARNING_STARTS = 5, 20_480, 4_096
 PROFILED_ENVS = (128, 15)  # the setting whose round round_parts takes apart, after the rounds
 # The evaluation part: a trained agent's evaluation as a Nature run makes 40 of over 10M steps (10 games, all at once,
@@ -764,17 +765,19 @@ def round_parts(
 
 def run_gpu_envs(quick: bool) -> dict[str, Any]:
     """The games-at-once figures of the GPU check: the default loop's steps/s once learning runs at each
-    (--envs, --env-workers, --threads) of GPU_ENVS, in turn, GPU_ENVS_ROUNDS rounds, and the hours 10M steps would
-    take at the fastest (evaluations aside: see run_gpu_evaluation)."""
+    (--envs, --env-workers, --threads, --learn-while-playing) of GPU_ENVS, in turn, GPU_ENVS_ROUNDS rounds, and the
+    hours 10M steps would take at the fastest (evaluations aside: see run_gpu_evaluation)."""
     device = pick_device("auto")
     steps, learning_starts = (1024, 512) if quick else (GPU_ENVS_STEPS, GPU_ENVS_LEARNING_STARTS)
     memory_size = 100_000 if quick else SIDE_MEMORY
     rounds: dict[str, list[float]] = {}
     for _ in range(1 if quick else GPU_ENVS_ROUNDS):
-        for envs, workers, threads in GPU_ENVS:
+        for envs, workers, threads, ahead in GPU_ENVS:
             flags = ["--envs", str(envs), "--env-workers", str(workers), *side_flags(steps, memory_size)]
+            flags += ["--learn-while-playing"] if ahead else []
             summary = bench_loop("Breakout", False, learning_starts, steps, 4, threads, flags)
             name = f"{envs} games, {workers} workers" + (f", {threads} thread" if threads == 1 else "")
+            name += ", learning while playing" if ahead else ""
             rounds.setdefault(name, []).append(summary.learning_steps_per_second)
             # Each figure as it comes, into the check's log: a call that ends first keeps the ones it has.
             print(f"{name}: {summary.learning_steps_per_second:.1f} steps/s", file=sys.stderr)

@@ -331,14 +331,18 @@ def run_training(args: argparse.Namespace, checkpoint: dict[str, Any] | None, st
 def play_and_learn(run: Trainer) -> None:
     """Nature DQN: this process plays --envs games epsilon-greedy, annealing epsilon, their actions
     from one forward pass, and learns every --train-every steps (counted over all games) from the
-    replay memory. A round steps every game, then counts each step in the games' order."""
+    replay memory. A round steps every game, then counts each step in the games' order. With
+    --learn-while-playing the round's learning steps come first, while its games play."""
     args, agent, players, progress = run.args, run.agent, run.players, run.progress
+    ahead = args.learn_while_playing
     while progress.step < args.steps and not run.stop.requested:
         epsilon = exploration(args, progress.step)
         actions = agent.act_all(np.stack([player.state for player in players]), epsilon)
-        run.in_round = len(players) > 1  # the games ahead of the step count: no checkpoint until the round ends
-        games = play_round(run, actions)
-        run.draw_batches(len(games))  # the round's learning steps' batches at once, where they may be drawn ahead
+        # The games (or the weights) ahead of the step count: no checkpoint until the round ends.
+        run.in_round = len(players) > 1 or ahead
+        games = play_round(run, actions, functools.partial(run.learn_round, len(players)) if ahead else None)
+        if not ahead:
+            run.draw_batches(len(games))  # the round's learning steps' batches at once, where they may be drawn ahead
         for game in games:
             run.step_done(game, epsilon, learn=True)
         run.in_round = False
@@ -363,7 +367,7 @@ def learn_from_actors(run: Trainer, pool: ActorPool) -> None:
             chunk.push(run.memory, index)
             run.step_done(chunk.games.get(index), chunk.epsilon, learn=fixed_ratio)
         if learning:
-            run.learn()
+            run.learn(progress.step)
         if progress.step - published >= args.weights_every:
             pool.publish(export_weights(run.agent.online, progress.step))
             published = progress.step
@@ -382,11 +386,16 @@ def refill_by_playing(run: Trainer, count: int) -> None:
         play_round(run, agent.act_all(np.stack([player.state for player in players]), epsilon))
 
 
-def play_round(run: Trainer, actions: np.ndarray) -> list[GameResult | None]:
+def play_round(
+    run: Trainer, actions: np.ndarray, meanwhile: Callable[[], None] | None = None
+) -> list[GameResult | None]:
     """One step of every training game with its action (with --env-workers, in their processes at once), each
-    pushed into its stream of the memory; the games each ended."""
+    pushed into its stream of the memory; the games each ended. ``meanwhile``: what this process does while the
+    games step, before any of their steps is pushed (with the games in this process: before they step)."""
     if run.workers is not None:
-        run.workers.step(actions)
+        run.workers.step(actions, meanwhile)
+    elif meanwhile is not None:
+        meanwhile()  # on a GPU its learning steps run there while the games step here
     return [player.step(int(action)) for player, action in zip(run.players, actions, strict=True)]
 
 
@@ -544,10 +553,8 @@ class Trainer:
             if self.writer:
                 self.writer.add_scalar("train/episode_score", game.score, progress.step)
                 self.writer.add_scalar("train/episode_length", game.length, progress.step)
-        if learn and progress.step > args.learning_starts and progress.step % args.train_every == 0:
-            self.learn()
-        if progress.step % args.target_every == 0:
-            self.agent.sync_target()
+        if not args.learn_while_playing:  # else done as the step's round played (learn_round)
+            self.learn_and_sync(progress.step, learn)
         if progress.step == args.learning_starts:
             self.learning_mark = (progress.step, self.loop_clock())
         if progress.step % args.eval_every == 0:
@@ -557,17 +564,31 @@ class Trainer:
             self.show_progress(epsilon)
 
     def draw_batches(self, steps: int) -> None:
-        """Draw the batches of the learning steps due in the next ``steps`` steps (a round of games, pushed before
-        its first learning step) together, where the memory's draws do not depend on the learning between them:
-        the batches drawn one at a time, gathered and sent to the device at once."""
+        """Draw the batches of the learning steps due in the next ``steps`` steps (a round of games) together, where
+        the memory's draws do not depend on the learning between them: the batches drawn one at a time, gathered and
+        sent to the device at once."""
         args, step = self.args, self.progress.step
         due = (step + steps) // args.train_every - max(step, args.learning_starts) // args.train_every
         if due > 1 and self.memory.draws_ahead:
             self.drawn.extend(self.memory.sample_batches(due, args.batch_size))
 
-    def learn(self) -> None:
-        """One gradient step on a sampled batch, and the priorities of its transitions."""
-        step = self.progress.step
+    def learn_and_sync(self, step: int, learn: bool) -> None:
+        """What falls due to the networks at agent step ``step``: a gradient step (when ``learn``), a target sync."""
+        if learn and step > self.args.learning_starts and step % self.args.train_every == 0:
+            self.learn(step)
+        if step % self.args.target_every == 0:
+            self.agent.sync_target()
+
+    def learn_round(self, steps: int) -> None:
+        """--learn-while-playing: the gradient steps and target syncs due at the next ``steps`` steps, in their order,
+        on the memory as it stands before those steps are pushed (their games step meanwhile)."""
+        self.draw_batches(steps)
+        for step in range(self.progress.step + 1, self.progress.step + steps + 1):
+            self.learn_and_sync(step, learn=True)
+
+    def learn(self, step: int) -> None:
+        """One gradient step on a sampled batch (prioritized replay's beta as at agent step ``step``), and the
+        priorities of its transitions."""
         self.beta = linear_schedule(step, self.args.beta0, self.args.beta_end, self.args.steps)
         batch = self.drawn.popleft() if self.drawn else self.memory.sample(self.args.batch_size, self.beta)
         result = self.agent.learn(batch)

@@ -333,6 +333,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="processes that step the --envs games, each its share at once (0: this process steps them in turn), "
         "and the evaluations' games too; the same run either way, bit for bit",
     )
+    switch(
+        "--learn-while-playing",
+        "a round's gradient steps and target syncs run while its games play (in --env-workers, or on a GPU while "
+        "this process steps them), so they sample the replay memory as it stood before the round: faster there; "
+        "without it each step can be sampled from its own gradient step on",
+    )
     add("--seed", type=int, default=0, help="seeds the game, the network, exploration and replay sampling")
     add(
         "--out",
@@ -791,7 +797,8 @@ def check_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
 
 
 def check_envs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """--envs and --eval-envs against the other options (--eval-envs by default as many as the scheme allows)."""
+    """--envs, --eval-envs and --learn-while-playing against the other options (--eval-envs by default as many as
+    the scheme allows)."""
     serial = args.eval_games == "serial" and args.evaluate is None  # a playback's games are always seeded
     if args.eval_envs is None:
         args.eval_envs = 1 if serial else EVAL_ENVS
@@ -802,6 +809,16 @@ def check_envs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
             f"--eval-envs {args.eval_envs}: this run's evaluations are serial (--eval-games serial, one game machine "
             "playing the games in turn), one game at a time"
         )
+    if args.learn_while_playing and args.evaluate is None:
+        if args.actors:
+            parser.error("--learn-while-playing goes without --actors: Ape-X's learner learns apart from its actors")
+        first = max(args.batch_size, args.n_step + 1) + args.envs - 1  # the memory before the first learning round
+        if args.learning_starts < first:
+            parser.error(
+                f"--learning-starts {args.learning_starts} must be at least {first} with --learn-while-playing: the "
+                f"first learning round samples the memory before its {args.envs} steps are pushed (--batch-size, or "
+                "--n-step + 1, and --envs - 1)"
+            )
     if args.envs == 1 or args.evaluate is not None:
         return
     if args.actors:

@@ -770,14 +770,15 @@ def learning_report(run: Path, threshold: float = SCORE_THRESHOLD) -> dict[str, 
     # --steps too: prioritized replay's beta anneals to 1 over the run's steps, so it changes the run.
     learning = ("steps", "lr", "adam_eps", "loss", "grad_clip", "n_step", "prioritized", "alpha", "beta0", "double")
     learning += ("dueling", "actors", "envs")
+    settings = {name: config.get(name, 1 if name == "envs" else None) for name in learning}  # one game before --envs
+    if config.get("learn_while_playing"):  # named only where set: the runs before it, and most since, learn after play
+        settings["learn_while_playing"] = True
     return {
         "run": str(run),
         "game": config["env"],
         "seed": config["seed"],
         "steps": last_step,
-        "settings": {
-            name: config.get(name, 1 if name == "envs" else None) for name in learning
-        },  # one game before --envs
+        "settings": settings,
         "ranges": ranges,
         "time_to_score": time_to_score(games, threshold),
         "wall_seconds": float(games[-1, 4]) if len(games) else None,

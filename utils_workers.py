@@ -126,19 +126,24 @@ class GameWorkers:
             made[worker] = iter([RemoteGame(self, worker, first + k, *layout) for k, layout in enumerate(layouts)])
         return [next(made[owner]) for owner in owners]
 
-    def step(self, actions: np.ndarray) -> None:
-        """Every game's step with its action, in every worker at once; each ``RemoteGame.step`` then gives its own."""
-        self.step_games(self.games, actions)
+    def step(self, actions: np.ndarray, meanwhile: Callable[[], None] | None = None) -> None:
+        """Every game's step with its action, in every worker at once (``meanwhile`` done here as they play); each
+        ``RemoteGame.step`` then gives its own."""
+        self.step_games(self.games, actions, meanwhile)
 
-    def step_games(self, games: Sequence[Any], actions: Sequence[int] | np.ndarray) -> None:
+    def step_games(
+        self, games: Sequence[Any], actions: Sequence[int] | np.ndarray, meanwhile: Callable[[], None] | None = None
+    ) -> None:
         """A step of each of ``games`` that is one of these workers' (any other is left alone), with its action, in
-        every worker at once; each ``RemoteGame.step`` then gives its own."""
+        every worker at once, ``meanwhile`` done here as they play; each ``RemoteGame.step`` then gives its own."""
         steps: dict[int, list[tuple[RemoteGame, int]]] = {}
         for game, action in zip(games, actions, strict=True):
             if isinstance(game, RemoteGame) and game.workers is self:
                 steps.setdefault(game.worker, []).append((game, int(action)))
         for worker, pairs in steps.items():
             self.send(worker, ("step", [(game.index, action) for game, action in pairs]))
+        if meanwhile is not None:
+            meanwhile()
         for worker, pairs in steps.items():
             for (game, _), (result, next_first_frame) in zip(pairs, self.receive(worker), strict=True):
                 game.result, game.next_first_frame = result, next_first_frame

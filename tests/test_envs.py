@@ -171,8 +171,8 @@ def stop_at(monkeypatch, step: int) -> None:
 
 @pytest.mark.parametrize(
     "memory,split_only",
-    [([], []), (["--prioritized"], ["--env-workers", "4"])],
-    ids=["uniform", "prioritized-stopped-run-in-worker-processes"],
+    [([], []), (["--prioritized"], ["--env-workers", "4"]), (["--learn-while-playing"], ["--env-workers", "2"])],
+    ids=["uniform", "prioritized-stopped-run-in-worker-processes", "learning-while-playing-stopped-run-in-workers"],
 )
 def test_training_games_at_once_resume_exactly_from_a_stop_inside_a_round(tmp_path, monkeypatch, memory, split_only):
     """--envs 3: a Ctrl-C at step 200, inside a round, stops at the round's end (step 201); with --save-memory the
@@ -210,6 +210,36 @@ def test_a_rounds_batches_drawn_together_train_as_those_drawn_one_at_a_time(tmp_
     assert_same_run(tmp_path / "together", tmp_path / "one-at-a-time", "model_001.pt", "model_001.pt")
 
 
+def test_learning_while_playing_learns_on_the_memory_before_the_round_with_syncs_in_step_order(tmp_path, monkeypatch):
+    """--learn-while-playing, --envs 4 --train-every 1 --target-every 6: every step's gradient step and target sync
+    come once, in step order (syncs at 6, 12, ... between the rounds' gradient steps), while the memory holds the
+    steps before their round (none of it pushed yet); the games in this process or in two workers, the same run."""
+    common = [*TINY, "--envs", "4", "--train-every", "1", "--target-every", "6", "--steps", "160"]
+    common += ["--eval-every", "160", "--learning-starts", "60", "--eval-episodes", "1", "--batch-size", "8"]
+    common += ["--max-episode-frames", "400", "--learn-while-playing"]
+    calls, syncs, real_learn_and_sync, real_sync = [], [], main.Trainer.learn_and_sync, Agent.sync_target
+    with monkeypatch.context() as patch:
+
+        def learn_and_sync(run, step, learn):
+            calls.append((step, run.progress.step, len(run.memory), run.updates))
+            real_learn_and_sync(run, step, learn)
+            calls.append(None)  # what comes after: no longer this step's
+
+        patch.setattr(main.Trainer, "learn_and_sync", learn_and_sync)
+        patch.setattr(
+            Agent, "sync_target", lambda agent: syncs.append(calls[-1] if calls else None) or real_sync(agent)
+        )
+        assert main.main([*common, "--out", str(tmp_path / "here")]) == 0
+    calls = [call for call in calls if call is not None]
+    assert [step for step, *_ in calls] == list(range(1, 161))
+    for step, counted, held, updates in calls:
+        assert counted == held == 4 * ((step - 1) // 4)  # the round's first step less one: nothing of it pushed
+        assert updates == max(0, step - 1 - 60)  # one gradient step at each step past --learning-starts, before
+    assert [call[0] for call in syncs if call] == list(range(6, 161, 6))  # the others: the agent's making
+    assert main.main([*common, "--env-workers", "2", "--out", str(tmp_path / "workers")]) == 0
+    assert_same_run(tmp_path / "here", tmp_path / "workers", "model_001.pt", "model_001.pt")
+
+
 def test_one_game_trains_as_before_and_the_evaluation_scheme_is_recorded(tmp_path):
     """--envs 1 (the default) plays one game seeded by --seed in a memory of one stream; the run records its
     evaluation scheme, and a run saved before --eval-games (no eval_games in its config) evaluates serially."""
@@ -232,6 +262,11 @@ def test_one_game_trains_as_before_and_the_evaluation_scheme_is_recorded(tmp_pat
         (["--eval-envs", "0"], "--eval-envs must be positive, got 0"),
         (["--eval-games", "serial", "--eval-envs", "4"], "--eval-envs 4: this run's evaluations are serial"),
         (["--envs", "250", "--steps", "1000", "--eval-every", "250"], "too small to give each of 250 games a stream"),
+        (["--learn-while-playing", "--actors", "2"], "--learn-while-playing goes without --actors"),
+        (
+            ["--learn-while-playing", "--envs", "80", "--steps", "800", "--eval-every", "80"],
+            "--learning-starts 100 must be at least 111 with --learn-while-playing",
+        ),
     ],
 )
 def test_games_at_once_that_cannot_work_are_refused_in_one_line(argv, message, capsys, tmp_path):
