@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 import unittest.mock
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -552,7 +552,7 @@ def table(figures: dict[str, Any], rows: list[tuple[str, str, str]] = ROWS) -> s
 # first tenth of the steps), only shorter: SIDE_STEPS steps, learning from SIDE_LEARNING_STARTS. Each
 # loop's steps/s is taken from SIDE_LEARNING_STARTS to the end, our evaluations left out.
 SIDE_STEPS, SIDE_LEARNING_STARTS, SIDE_MEMORY = 12_000, 4_000, 1_000_000
-GPU_PARTS = ("side", "atari100k", "envs", "evaluation")
+GPU_PARTS = ("side", "atari100k", "envs", "evaluation", "cleanrl")
 # The games-at-once part: our default loop (Breakout, CleanRL's settings as the side-by-side part) at these --envs,
 # --env-workers, --threads and --learn-while-playing, in turn, GPU_ENVS_ROUNDS rounds of GPU_ENVS_STEPS steps once learning (issue 48 asks
 # for 5 of at least 20,000; multiples of 128 games); on a 16-core GPU host the workers share the cores the emulators
@@ -562,6 +562,12 @@ GPU_PARTS = ("side", "atari100k", "envs", "evaluation")
 GPU_ENVS = ((1, 0, "auto", False), (128, 15, "auto", False), (128, 15, "auto", True), (128, 15, 1, True))
 GPU_ENVS_ROUNDS, GPU_ENVS_STEPS, GPU_ENVS_LEARNING_STARTS = 5, 20_480, 4_096
 PROFILED_ENVS = (128, 15)  # the setting whose round round_parts takes apart, after the rounds
+# The CleanRL part: CleanRL's dqn_atari.py as it runs by default (--torch-deterministic: cuDNN's deterministic
+# algorithms) and without it (--no-torch-deterministic), alternating with our default loop at one game, at the
+# side-by-side settings, GPU_CLEANRL_ROUNDS rounds (issue 48 asks for 5 of each). The envs part's rounds of one game
+# tie these to its rounds of many, where both ran on one warm machine.
+GPU_CLEANRL_ROUNDS = 5
+CLEANRL_VARIANTS = (("CleanRL", []), ("CleanRL, --no-torch-deterministic", ["--no-torch-deterministic"]))
 # The evaluation part: a trained agent's evaluation as a Nature run makes 40 of over 10M steps (10 games, all at once,
 # epsilon 0.05), its machines in this process and in EVAL_WORKERS worker processes, timed.
 EVAL_WORKERS = 10
@@ -585,13 +591,15 @@ def cleanrl_flags(steps: int, learning_starts: int, memory_size: int) -> list[st
     ]  # fmt: skip
 
 
-def cleanrl_sps(script: Path, site: str | None, steps: int, learning_starts: int, memory_size: int) -> float:
-    """Steps/s of CleanRL's dqn_atari.py (``script``, run with ``site`` first on its path) from its
-    first learning step to its last: it prints ``SPS: global_step / seconds since its start`` every 100
-    steps once learning (from step learning_starts + 100), so each line dates its step."""
+def cleanrl_sps(
+    script: Path, site: str | None, steps: int, learning_starts: int, memory_size: int, extra: Sequence[str] = ()
+) -> float:
+    """Steps/s of CleanRL's dqn_atari.py (``script``, run with ``site`` first on its path, ``extra`` flags after
+    the settings') from its first learning step to its last: it prints ``SPS: global_step / seconds since its
+    start`` every 100 steps once learning (from step learning_starts + 100), so each line dates its step."""
     environment = {**os.environ, **({"PYTHONPATH": site} if site else {})}
     with tempfile.TemporaryDirectory() as folder:  # it writes runs/<name>/ where it runs
-        command = [sys.executable, str(script.resolve()), *cleanrl_flags(steps, learning_starts, memory_size)]
+        command = [sys.executable, str(script.resolve()), *cleanrl_flags(steps, learning_starts, memory_size), *extra]
         done = subprocess.run(command, cwd=folder, env=environment, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"CleanRL's {script.name} failed: {done.stderr.strip().splitlines()[-3:]}")
@@ -803,6 +811,45 @@ def run_gpu_envs(quick: bool) -> dict[str, Any]:
     }
 
 
+def run_gpu_cleanrl(cleanrl: Path, site: str | None, quick: bool) -> dict[str, Any]:
+    """CleanRL's loop with and without --torch-deterministic, alternating with our default loop at one game (frames
+    on the device, graphs where there are), GPU_CLEANRL_ROUNDS rounds at the side-by-side settings: steps/s from the
+    first learning step on, and ours over each of CleanRL's (each round's and the means')."""
+    device = pick_device("auto")
+    steps, learning_starts, memory_size = (
+        (1_500, 500, 20_000) if quick else (SIDE_STEPS, SIDE_LEARNING_STARTS, SIDE_MEMORY)
+    )
+    flags = side_flags(steps, memory_size)
+    rounds: dict[str, list[float]] = {}
+    for _ in range(1 if quick else GPU_CLEANRL_ROUNDS):
+        summary = bench_loop("Breakout", False, learning_starts, steps - learning_starts, 4, "auto", flags)
+        figures = {"ours, 1 game": summary.learning_steps_per_second}
+        for name, extra in CLEANRL_VARIANTS:
+            figures[name] = cleanrl_sps(cleanrl, site, steps, learning_starts, memory_size, extra)
+        for name, sps in figures.items():
+            rounds.setdefault(name, []).append(sps)
+            print(f"{name}: {sps:.1f} steps/s", file=sys.stderr)  # into the check's log as it comes
+    ours = rounds["ours, 1 game"]
+    return {
+        "sps_rounds": rounds,
+        "sps": {name: statistics.mean(values) for name, values in rounds.items()},
+        "ours_over": {name: statistics.mean(ours) / statistics.mean(rounds[name]) for name, _ in CLEANRL_VARIANTS},
+        "ours_over_rounds": {
+            name: [a / b for a, b in zip(ours, rounds[name], strict=True)] for name, _ in CLEANRL_VARIANTS
+        },
+        "settings": {
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
+            "steps": steps,
+            "learning_starts": learning_starts,
+            "flags": flags,
+            "cleanrl_flags": cleanrl_flags(steps, learning_starts, memory_size),
+            "cpus": available_cpus(),
+            "torch": torch.__version__,
+            "quick": quick,
+        },
+    }
+
+
 def run_gpu_evaluation(agent_file: Path, quick: bool) -> dict[str, Any]:
     """The evaluation figures of the GPU check: ``main.py --evaluate`` of a trained agent (a released agent's file,
     ``dqn.TrainedAgent.save``), 10 games at once (quick: 2), their machines here and then in EVAL_WORKERS workers:
@@ -956,7 +1003,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
         choices=GPU_PARTS,
         default=GPU_PARTS[:2],
         help="with --gpu: which figures: 'side', our loop beside CleanRL's; 'atari100k', the Atari 100k preset; "
-        "'envs', our loop at several --envs and --env-workers; 'evaluation', a trained agent's (--eval-agent)",
+        "'envs', our loop at several --envs and --env-workers; 'evaluation', a trained agent's (--eval-agent); "
+        "'cleanrl', CleanRL's loop with and without --torch-deterministic beside our one game, five rounds",
     )
     parser.add_argument(
         "--eval-agent", type=Path, metavar="FILE", help="with --gpu-parts evaluation: a trained Breakout agent's file"
@@ -1017,6 +1065,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
         parser.error("--plot goes with --main-job")
     if arguments.gpu and "evaluation" in arguments.gpu_parts and arguments.eval_agent is None:
         parser.error("--gpu-parts evaluation needs --eval-agent FILE, a trained agent's file")
+    if arguments.gpu and "cleanrl" in arguments.gpu_parts and arguments.cleanrl is None:
+        parser.error("--gpu-parts cleanrl needs --cleanrl FILE, CleanRL's dqn_atari.py")
     if main_args and not arguments.learning:
         parser.error("main.py flags after -- go with --learning")
     return arguments, main_args
@@ -1062,6 +1112,8 @@ if __name__ == "__main__":
             results["envs"] = run_gpu_envs(arguments.quick)
         if "evaluation" in arguments.gpu_parts:
             results["evaluation"] = run_gpu_evaluation(arguments.eval_agent, arguments.quick)
+        if "cleanrl" in arguments.gpu_parts:
+            results["cleanrl"] = run_gpu_cleanrl(arguments.cleanrl, arguments.cleanrl_path, arguments.quick)
         print(json.dumps(results, indent=2) if arguments.json else gpu_tables(results))
         sys.exit(0)
     if arguments.shared:

@@ -981,7 +981,8 @@ def at_once_markdown(figures: dict[str, Any]) -> str:
 
 
 def gpu_tables(figures: dict[str, Any]) -> str:
-    """The tables of the parts a GPU check ran: our loop beside CleanRL's, the Atari 100k preset, games at once."""
+    """The tables of the parts a GPU check ran: our loop beside CleanRL's, the Atari 100k preset, games at once (with
+    an evaluation's time), CleanRL's loop with and without --torch-deterministic beside ours."""
     tables = [gpu_table(figures)] if "settings" in figures else []
     if "atari100k" in figures:
         tables.append(gpu_table(figures["atari100k"], ATARI100K_GPU_ROWS, "`bench.py --gpu --gpu-parts atari100k`"))
@@ -991,8 +992,9 @@ def gpu_tables(figures: dict[str, Any]) -> str:
             f"| {envs['settings']['device']}, `bench.py --gpu --gpu-parts envs` | steps/s (each round) |",
             "|---|---|",
         ]
-        for name, mean in envs["sps"].items():
-            lines.append(f"| {name} | {mean:.0f} ({', '.join(f'{v:.0f}' for v in envs['sps_rounds'][name])}) |")
+        lines += [
+            f"| {name} | {with_rounds(mean, envs['sps_rounds'][name], 0)} |" for name, mean in envs["sps"].items()
+        ]
         lines.append(f"| 10M steps at the fastest ({envs['fastest']}), hours | {envs['hours_per_10m_steps']:.2f} |")
         parts = envs.get("round_parts_ms")
         if parts:  # from run 7 on
@@ -1010,7 +1012,26 @@ def gpu_tables(figures: dict[str, Any]) -> str:
             fastest = min(played["hours_per_40"] for played in evaluation.values())
             lines.append(f"| 10M steps with 40 such evaluations, hours | {envs['hours_per_10m_steps'] + fastest:.2f} |")
         tables.append("\n".join(lines))
+    if "cleanrl" in figures:
+        cleanrl = figures["cleanrl"]
+        lines = [
+            f"| {cleanrl['settings']['device']}, `bench.py --gpu --gpu-parts cleanrl` | steps/s (each round) |",
+            "|---|---|",
+        ]
+        lines += [
+            f"| {name} | {with_rounds(mean, cleanrl['sps_rounds'][name], 0)} |" for name, mean in cleanrl["sps"].items()
+        ]
+        lines += [
+            f"| ours over {name} | {with_rounds(ratio, cleanrl['ours_over_rounds'][name], 2)} |"
+            for name, ratio in cleanrl["ours_over"].items()
+        ]
+        tables.append("\n".join(lines))
     return "\n\n".join(tables)
+
+
+def with_rounds(mean: float, rounds: list[float], decimals: int) -> str:
+    """A figure's mean and, in brackets, each round's: '2316 (2290, 2342)'."""
+    return f"{mean:.{decimals}f} ({', '.join(f'{value:.{decimals}f}' for value in rounds)})"
 
 
 # --- The main job: python main.py on Breakout, 10M steps ----------------------------------------------------------

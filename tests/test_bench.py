@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dqn_atari import bench, utils_results
+from dqn_atari import bench, main, utils_results
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = [
@@ -170,6 +170,33 @@ def test_cleanrl_steps_per_second_are_dated_from_its_sps_lines(tmp_path):
     script.write_text("raise SystemExit('no such env')\n")
     with pytest.raises(RuntimeError, match="no such env"):
         bench.cleanrl_sps(script, None, 20_000, 4_000, 1000)
+
+
+def test_the_cleanrl_part_alternates_both_of_cleanrls_loops_with_ours_and_tables_them(tmp_path, monkeypatch):
+    """The GPU check's cleanrl part times CleanRL's loop as it runs by default and with --no-torch-deterministic (a
+    stand-in at 250 and 300 steps/s once learning) beside our loop at one game (a stand-in at 600): each round's
+    steps/s, ours over each of theirs, and the table's rows of them."""
+    script = tmp_path / "dqn_atari.py"
+    script.write_text(
+        "import sys\n"
+        "steps = int(sys.argv[sys.argv.index('--total-timesteps') + 1])\n"
+        "start = int(sys.argv[sys.argv.index('--learning-starts') + 1])\n"
+        "rate = 300 if '--no-torch-deterministic' in sys.argv else 250\n"
+        "for step in range(start + 100, steps, 100):\n"
+        "    print('SPS:', int(step / (start / 1000 + (step - start) / rate)))\n"
+    )
+    loops = []
+    monkeypatch.setattr(bench, "bench_loop", lambda *args: loops.append(args) or main.TrainSummary(0, 12_000, 600.0))
+    figures = bench.run_gpu_cleanrl(script, None, quick=True)
+    assert len(loops) == 1 and "--envs" not in loops[0][-1]  # one game, as main.py plays by default
+    assert figures["sps"]["ours, 1 game"] == 600.0
+    assert figures["sps"]["CleanRL"] == pytest.approx(250, rel=0.02)
+    assert figures["sps"]["CleanRL, --no-torch-deterministic"] == pytest.approx(300, rel=0.02)
+    assert figures["ours_over"]["CleanRL"] == pytest.approx(2.4, rel=0.02)
+    table = utils_results.gpu_tables({"cleanrl": figures})
+    assert "| ours, 1 game | 600 (600) |" in table
+    ratio = figures["ours_over"]["CleanRL, --no-torch-deterministic"]
+    assert table.endswith(f"| ours over CleanRL, --no-torch-deterministic | {ratio:.2f} ({ratio:.2f}) |")
 
 
 def test_the_docs_show_the_main_jobs_tables_as_its_committed_files_give_them():
