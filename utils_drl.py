@@ -258,6 +258,10 @@ class Agent:
         # A copy: torch's optimizer keeps the given tensors, and the state of a live agent would
         # then be shared by both agents, each step moving both's Adam moments.
         self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
+        if any(parameter not in self.optimizer.state for parameter in self.online.parameters()):
+            # A state saved before its first learning step has no Adam moments: Adam makes them at its next step,
+            # which a capture must not take in (it would replay the making), so warm up again first.
+            self.eager_steps = 0
         for group in self.optimizer.param_groups:  # this run's choice, not that of the run that saved it
             group["capturable"] = self.graphs
             for parameter in group["params"] if self.graphs else ():  # a graph's Adam counts on the device

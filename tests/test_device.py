@@ -142,7 +142,8 @@ def random_batch(rng: np.random.Generator, device: str, size: int = 32) -> Batch
         actions=torch.from_numpy(rng.integers(0, 4, size)).to(device),
         returns=torch.from_numpy(rng.normal(size=size).astype(np.float32)).to(device),
         next_states=frames[:, 1:],
-        discounts=torch.full((size,), 0.99, device=device),
+        # Terminal windows (0), one step's gamma and n-step windows cut short (a power of it), mixed.
+        discounts=torch.from_numpy(rng.choice(np.float32([0.0, 0.99, 0.99**2, 0.99**3]), size)).to(device),
         weights=torch.from_numpy(rng.random(size).astype(np.float32)).to(device),
         indices=np.arange(size),
     )
@@ -180,6 +181,18 @@ def test_the_graphed_learning_step_learns_as_the_eager_one(double, dueling, opti
         batch = random_batch(rng, "cuda")
         torch.testing.assert_close(eager.learn(batch).loss, graphed.learn(batch).loss, rtol=1e-4, atol=1e-5)
     assert graphed.graphed is not None
+    # A state without Adam's moments (an agent that never learned): warmed up again, Adam's making left out of the
+    # capture, and the weights those steps leave are the eager steps'.
+    fresh = Agent(4, "cuda", seed=2, double=double, dueling=dueling, **options).state_dict()
+    eager.load_state_dict(fresh)
+    graphed.load_state_dict(fresh)
+    assert graphed.eager_steps == 0
+    for _ in range(GraphedLearning.WARMUP_STEPS + 3):
+        batch = random_batch(rng, "cuda")
+        torch.testing.assert_close(eager.learn(batch).loss, graphed.learn(batch).loss, rtol=1e-4, atol=1e-5)
+    assert graphed.graphed is not None
+    for name, weights in eager.online.state_dict().items():
+        torch.testing.assert_close(graphed.online.state_dict()[name], weights, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.cuda
