@@ -9,9 +9,10 @@
 # a resume across devices, an evaluation, Catch learnt on the GPU, C51 and noisy layers in graphs), then bench.py --gpu: the learning step,
 # where a step's time goes, our loop with uniform and prioritized replay, frames on the device and in host
 # RAM, beside CleanRL's dqn_atari.py with the same settings, alternating. It writes OUT/gpu_check.json (the
-# figures) and OUT/gpu_check.log (everything printed). The 28 cuda tests alone took 251 s on an H100 (run 6 of
-# docs/gpu.md): with them, a bench part or two runs past one 10-minute call, so select tests with GPU_CHECK_TESTS
-# or run them in a call of their own. The bench parts, without the tests (runs 3 and 4, with 24 quicker tests):
+# figures, with the GPU, the host's CPU model and the commit: GPU_CHECK_COMMIT where the tree has no history) and
+# OUT/gpu_check.log (everything printed). The 28 cuda tests alone took 251 s on an H100 (run 6 of docs/gpu.md): with
+# them, a bench part or two runs past one 10-minute call, so select tests with GPU_CHECK_TESTS or run them in a call
+# of their own. The bench parts, without the tests (runs 3 and 4, with 24 quicker tests):
 # side about 5 minutes, atari100k about 3. To try it without a GPU:
 # GPU_CHECK_QUICK=1 (a short, rough bench) and WHEELS=FOLDER (wheels for this machine's Python). GPU_CHECK_TESTS=EXPR
 # runs only the cuda tests that pytest -k EXPR selects; GPU_CHECK_PARTS='side atari100k' (both, the default)
@@ -40,7 +41,10 @@ install ours "$WORK/ours" || { echo "gpu_check: cannot install $WHEELS/ours (scr
 install cleanrl "$WORK/cleanrl" || { echo "gpu_check: cannot install $WHEELS/cleanrl"; exit 1; }
 export PYTHONPATH=$WORK/ours
 
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+GPU=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)
+# The commit checked: the checkout's, or GPU_CHECK_COMMIT where the tree came without its history.
+COMMIT=${GPU_CHECK_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
+echo "GPU: ${GPU:-none}; commit $COMMIT"
 "$PYTHON" -c "import torch, gymnasium, ale_py; print('torch', torch.__version__, 'cuda', torch.version.cuda,
 'gymnasium', gymnasium.__version__, 'ale-py', ale_py.__version__, torch.cuda.is_available() and torch.cuda.get_device_name())"
 
@@ -59,12 +63,15 @@ timeout "${GPU_CHECK_BENCH_SECONDS:-480}" "$PYTHON" bench.py --gpu $QUICK ${GPU_
 bench_status=$?
 bench_seconds=$((SECONDS - start))
 
-"$PYTHON" - "$WORK" "$OUT/gpu_check.json" $tests_status $tests_seconds $bench_status $bench_seconds <<'EOF'
+"$PYTHON" - "$WORK" "$OUT/gpu_check.json" $tests_status $tests_seconds $bench_status $bench_seconds "$GPU" "$COMMIT" <<'EOF'
 import json, sys, xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 work, out = Path(sys.argv[1]), Path(sys.argv[2])
-tests_status, tests_seconds, bench_status, bench_seconds = map(int, sys.argv[3:])
+tests_status, tests_seconds, bench_status, bench_seconds = map(int, sys.argv[3:7])
+cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+models = [line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")]
+host = {"gpu": sys.argv[7], "commit": sys.argv[8], "cpu_model": models[0] if models else "unknown", "cpus": len(models)}
 tests = {"exit_status": tests_status, "seconds": tests_seconds}
 if (work / "cuda_tests.xml").exists():
     suite = ElementTree.parse(work / "cuda_tests.xml").getroot().find("testsuite")
@@ -77,7 +84,7 @@ for key in ("profile_table", "profile_table_prioritized"):
     table = bench.pop(key, None)
     if table:
         print(key, table, sep="\n")
-result = {"cuda_tests": tests, "bench": {"exit_status": bench_status, "seconds": bench_seconds, **bench}}
+result = {"host": host, "cuda_tests": tests, "bench": {"exit_status": bench_status, "seconds": bench_seconds, **bench}}
 out.write_text(json.dumps(result, indent=2) + "\n")
 print(json.dumps(result, indent=2))
 EOF
