@@ -1108,10 +1108,10 @@ if __name__ == "__main__":
             results = run_gpu(arguments.cleanrl, arguments.cleanrl_path, arguments.quick)
         if "atari100k" in arguments.gpu_parts:
             results["atari100k"] = run_gpu_atari100k(arguments.quick)
+        if "evaluation" in arguments.gpu_parts:  # before the long envs part: a call cut short has it in its log
+            results["evaluation"] = run_gpu_evaluation(arguments.eval_agent, arguments.quick)
         if "envs" in arguments.gpu_parts:
             results["envs"] = run_gpu_envs(arguments.quick)
-        if "evaluation" in arguments.gpu_parts:
-            results["evaluation"] = run_gpu_evaluation(arguments.eval_agent, arguments.quick)
         if "cleanrl" in arguments.gpu_parts:
             results["cleanrl"] = run_gpu_cleanrl(arguments.cleanrl, arguments.cleanrl_path, arguments.quick)
         print(json.dumps(results, indent=2) if arguments.json else gpu_tables(results))
