@@ -657,10 +657,10 @@ class Trainer:
         self.saved_step = progress.step
 
     def save_interrupted(self) -> None:
-        if self.in_round:  # a failure inside a round of --envs games: its games have moved past the step count
-            print(
-                f"Note: a game failed within a round of {self.args.envs} games; {last_checkpoint(self.out)}", flush=True
-            )
+        if self.in_round:  # a failure inside a round: its games (or its learning) have moved past the step count
+            games = self.args.envs
+            within = f"a round of {games} games" if games > 1 else "a round whose learning ran ahead of its step"
+            print(f"Note: a game failed within {within}; {last_checkpoint(self.out)}", flush=True)
             return
         if self.progress.step > self.saved_step or self.evaluation_stopped:  # else the last checkpoint holds it
             self.save(self.out / INTERRUPTED_CHECKPOINT, None)

@@ -279,7 +279,8 @@ def test_games_at_once_that_cannot_work_are_refused_in_one_line(argv, message, c
 def test_a_game_that_fails_inside_a_round_leaves_the_last_checkpoint(tmp_path, capsys):
     """With --envs 2 the other game has moved on when one fails: no model_interrupted.pt, whose games would be ahead
     of its step count; the one line names the last checkpoint and says what the game did, whether it ran in this
-    process or in a worker (Misbehaving reads what to do from the environment: a worker is another process)."""
+    process or in a worker (Misbehaving reads what to do from the environment: a worker is another process). With
+    one game and --learn-while-playing, the round's learning is ahead of the count: no model_interrupted.pt either."""
     argv = ["--env", "misbehaving_envs:Misbehaving", "--learning-starts", "50", "--memory-size", "500"]
     argv += ["--eval-every", "100", "--eval-episodes", "1", "--steps", "300", "--threads", "1", "--envs", "2"]
     with pytest.MonkeyPatch.context() as patch:
@@ -293,6 +294,12 @@ def test_a_game_that_fails_inside_a_round_leaves_the_last_checkpoint(tmp_path, c
             assert last.startswith("main.py: error: misbehaving_envs:Misbehaving's step raised RuntimeError: ")
             assert last.endswith(f"the last checkpoint is {run / 'model_002.pt'} (step 200)")
             assert not (run / "model_interrupted.pt").exists()
+        # One game whose round's learning ran ahead of the count (--learn-while-playing): the same.
+        run = tmp_path / "ahead"
+        argv[-1] = "1"
+        assert main.main([*argv, "--learn-while-playing", "--out", str(run)]) == 1
+        assert "a game failed within a round whose learning ran ahead of its step" in capsys.readouterr().out
+        assert not (run / "model_interrupted.pt").exists() and (run / "model_001.pt").exists()
 
 
 def worker_pids(pid: int) -> list[int]:
