@@ -554,9 +554,9 @@ def table(figures: dict[str, Any], rows: list[tuple[str, str, str]] = ROWS) -> s
 SIDE_STEPS, SIDE_LEARNING_STARTS, SIDE_MEMORY = 12_000, 4_000, 1_000_000
 GPU_PARTS = ("side", "atari100k", "envs", "evaluation", "cleanrl")
 # The games-at-once part: our default loop (Breakout, CleanRL's settings as the side-by-side part) at these --envs,
-# --env-workers, --threads and --learn-while-playing, in turn, GPU_ENVS_ROUNDS rounds of GPU_ENVS_STEPS steps once learning (issue 48 asks
-# for 5 of at least 20,000; multiples of 128 games); on a 16-core GPU host the workers share the cores the emulators
-# need, and 15 leave this process one. The fastest of runs 6 and 7 of docs/gpu.md (each setting once), it learning
+# --env-workers, --threads and --learn-while-playing, in turn, GPU_ENVS_ROUNDS rounds of GPU_ENVS_STEPS steps once
+# learning (issue 48 asks for 5 of at least 20,000; multiples of 128 games); on a 16-core GPU host the workers share
+# the cores the emulators need, and 15 leave this process one. The fastest of runs 6 and 7 of docs/gpu.md (each setting once), it learning
 # while its games play (--learn-while-playing: run 7's round of 64 games spent 11.4 ms playing and 17.0 learning, one
 # after the other), and that with one torch thread (faster without it in run 7's one round).
 GPU_ENVS = ((1, 0, "auto", False), (128, 15, "auto", False), (128, 15, "auto", True), (128, 15, 1, True))
@@ -800,14 +800,7 @@ def run_gpu_envs(quick: bool) -> dict[str, Any]:
         "sps": means,
         "fastest": fastest,
         "hours_per_10m_steps": 10_000_000 / means[fastest] / 3600,
-        "settings": {
-            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
-            "steps": steps,
-            "learning_starts": learning_starts,
-            "cpus": available_cpus(),
-            "torch": torch.__version__,
-            "quick": quick,
-        },
+        "settings": part_settings(device, steps, learning_starts, quick),
     }
 
 
@@ -837,17 +830,23 @@ def run_gpu_cleanrl(cleanrl: Path, site: str | None, quick: bool) -> dict[str, A
         "ours_over_rounds": {
             name: [a / b for a, b in zip(ours, rounds[name], strict=True)] for name, _ in CLEANRL_VARIANTS
         },
-        "settings": {
-            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
-            "steps": steps,
-            "learning_starts": learning_starts,
-            "flags": flags,
-            "cleanrl_flags": cleanrl_flags(steps, learning_starts, memory_size),
-            "cpus": available_cpus(),
-            "torch": torch.__version__,
-            "quick": quick,
-        },
+        "settings": part_settings(
+            device,
+            steps,
+            learning_starts,
+            quick,
+            flags=flags,
+            cleanrl_flags=cleanrl_flags(steps, learning_starts, memory_size),
+        ),
     }
+
+
+def part_settings(device: torch.device, steps: int, learning_starts: int, quick: bool, **more: Any) -> dict[str, Any]:
+    """What a GPU part's figures were made with: the device's name, the steps (``more`` after them), this host's
+    CPUs, torch's version, and whether the run was a quick one."""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else str(device)
+    return {"device": name, "steps": steps, "learning_starts": learning_starts, **more, "cpus": available_cpus(),
+            "torch": torch.__version__, "quick": quick}  # fmt: skip
 
 
 def run_gpu_evaluation(agent_file: Path, quick: bool) -> dict[str, Any]:

@@ -335,12 +335,13 @@ def play_and_learn(run: Trainer) -> None:
     --learn-while-playing the round's learning steps come first, while its games play."""
     args, agent, players, progress = run.args, run.agent, run.players, run.progress
     ahead = args.learn_while_playing
+    meanwhile = functools.partial(run.learn_round, len(players)) if ahead else None
     while progress.step < args.steps and not run.stop.requested:
         epsilon = exploration(args, progress.step)
         actions = agent.act_all(np.stack([player.state for player in players]), epsilon)
         # The games (or the weights) ahead of the step count: no checkpoint until the round ends.
         run.in_round = len(players) > 1 or ahead
-        games = play_round(run, actions, functools.partial(run.learn_round, len(players)) if ahead else None)
+        games = play_round(run, actions, meanwhile)
         if not ahead:
             run.draw_batches(len(games))  # the round's learning steps' batches at once, where they may be drawn ahead
         for game in games:

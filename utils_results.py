@@ -988,13 +988,7 @@ def gpu_tables(figures: dict[str, Any]) -> str:
         tables.append(gpu_table(figures["atari100k"], ATARI100K_GPU_ROWS, "`bench.py --gpu --gpu-parts atari100k`"))
     if "envs" in figures:
         envs = figures["envs"]
-        lines = [
-            f"| {envs['settings']['device']}, `bench.py --gpu --gpu-parts envs` | steps/s (each round) |",
-            "|---|---|",
-        ]
-        lines += [
-            f"| {name} | {with_rounds(mean, envs['sps_rounds'][name], 0)} |" for name, mean in envs["sps"].items()
-        ]
+        lines = rounds_table(envs, "envs")
         lines.append(f"| 10M steps at the fastest ({envs['fastest']}), hours | {envs['hours_per_10m_steps']:.2f} |")
         parts = envs.get("round_parts_ms")
         if parts:  # from run 7 on
@@ -1014,19 +1008,25 @@ def gpu_tables(figures: dict[str, Any]) -> str:
         tables.append("\n".join(lines))
     if "cleanrl" in figures:
         cleanrl = figures["cleanrl"]
-        lines = [
-            f"| {cleanrl['settings']['device']}, `bench.py --gpu --gpu-parts cleanrl` | steps/s (each round) |",
-            "|---|---|",
-        ]
-        lines += [
-            f"| {name} | {with_rounds(mean, cleanrl['sps_rounds'][name], 0)} |" for name, mean in cleanrl["sps"].items()
-        ]
+        lines = rounds_table(cleanrl, "cleanrl")
         lines += [
             f"| ours over {name} | {with_rounds(ratio, cleanrl['ours_over_rounds'][name], 2)} |"
             for name, ratio in cleanrl["ours_over"].items()
         ]
         tables.append("\n".join(lines))
     return "\n\n".join(tables)
+
+
+def rounds_table(part: dict[str, Any], name: str) -> list[str]:
+    """The head of a GPU part's table (its device, the part's name) and a row per loop timed: mean steps/s, and each
+    round's."""
+    head = [
+        f"| {part['settings']['device']}, `bench.py --gpu --gpu-parts {name}` | steps/s (each round) |",
+        "|---|---|",
+    ]
+    return head + [
+        f"| {loop} | {with_rounds(mean, part['sps_rounds'][loop], 0)} |" for loop, mean in part["sps"].items()
+    ]
 
 
 def with_rounds(mean: float, rounds: list[float], decimals: int) -> str:
