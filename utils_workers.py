@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import multiprocessing.connection
+import os
 import signal
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -32,9 +33,17 @@ from dqn_atari.utils_types import StepResult
 START_SECONDS = 120.0  # for a worker to import torch and make its games (a loaded machine takes a while)
 
 
-def serve(connection: multiprocessing.connection.Connection, make: Callable[[int], Any], seeds: list[int]) -> None:
+def serve(
+    connection: multiprocessing.connection.Connection,
+    make: Callable[[int], Any],
+    seeds: list[int],
+    environment: dict[str, str],
+) -> None:
     """A worker's life: make the games of ``seeds``, then do what the training process asks of them until it says
-    stop or goes away."""
+    stop or goes away. ``environment``: the training process's variables as they are now (the server that forked
+    this worker holds those of when it started, which a program may have changed since)."""
+    os.environ.clear()
+    os.environ.update(environment)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the run stops the games
     torch.set_num_threads(1)  # the frames' resize is torch's: one thread per worker, the training process has its own
     try:
@@ -86,7 +95,14 @@ class GameWorkers:
     the training process. ``add`` makes more there."""
 
     def __init__(self, make: Callable[[int], AtariEnv | GymEnv], seeds: list[int], workers: int) -> None:
-        context = multiprocessing.get_context("spawn")  # a fork of a process running torch's threads can hang
+        # Each worker is forked from a server process that imported the program and this module once, rather than
+        # started afresh to import torch again (seconds each); the server runs nothing of torch's, so forking it is
+        # safe, where a fork of this process, with torch's threads running, can hang. Windows has no such server.
+        if "forkserver" in multiprocessing.get_all_start_methods():
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload(["__main__", __name__])
+        else:
+            context = multiprocessing.get_context("spawn")
         self.blocks = [list(block) for block in np.array_split(np.arange(len(seeds)), workers)]
         self.connections: list[multiprocessing.connection.Connection] = []
         self.processes: list[Any] = []
@@ -95,7 +111,9 @@ class GameWorkers:
         try:
             for block in self.blocks:
                 mine, theirs = context.Pipe()
-                process = context.Process(target=serve, args=(theirs, make, [seeds[g] for g in block]), daemon=True)
+                process = context.Process(
+                    target=serve, args=(theirs, make, [seeds[g] for g in block], dict(os.environ)), daemon=True
+                )
                 process.start()
                 theirs.close()  # the worker's end lives in the worker alone: its death closes the pipe here
                 self.connections.append(mine)

@@ -4,6 +4,8 @@ import json
 import math
 import re
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,8 +23,21 @@ KEYS = [
 ]  # fmt: skip
 
 
-def test_quick_benchmark_reports_every_figure():
+def test_quick_benchmark_reports_every_figure(monkeypatch):
+    # The shared-machine part times four loops, each in a fresh process: the first runs for real (bench.py --loop
+    # prints its steps/s), the other three print a stand-in figure. Beside a busy core and two at once, they would
+    # time nothing on a suite worker pinned to one CPU, and each fresh process costs several seconds.
+    real_loop_process, started = bench.loop_process, []
+
+    def loop_process(*args):
+        started.append(args)
+        if len(started) == 1:
+            return real_loop_process(*args)
+        return subprocess.Popen([sys.executable, "-c", "print(50.0)"], stdout=subprocess.PIPE, text=True)
+
+    monkeypatch.setattr(bench, "loop_process", loop_process)
     figures = bench.run("Breakout", quick=True, train_every=4)
+    assert len(started) == 4 and figures["sps_alone"] != 50.0 and figures["sps_two_runs_total"] == 100.0
     for key in KEYS:
         assert math.isfinite(figures[key]) and figures[key] > 0, key
     assert figures["bytes_per_transition_uniform"] <= 7_100
