@@ -1,5 +1,6 @@
 import contextlib
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,7 +15,7 @@ if not {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"} & os.environ.keys():
     os.environ["GOMP_SPINCOUNT"] = "1000"
 
 # isort: off
-from dqn_atari import main  # noqa: E402, F401
+from dqn_atari import main  # noqa: E402
 import torch  # noqa: E402
 from dqn_atari import utils_config  # noqa: E402
 # isort: on
@@ -82,3 +83,12 @@ def ray_cluster():
         utils_apex.start_ray(None, cpus=2)
     yield
     ray.shutdown()
+
+
+def run_in_process(capsys, *args: str) -> subprocess.CompletedProcess:
+    """``main.main(args)`` in this process, its output and exit status as a finished ``python main.py args`` gives
+    them: for a run whose test is not about the program's start (a fresh interpreter takes seconds to import torch)."""
+    capsys.readouterr()
+    code = main.main(list(args))
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(["main.py", *args], code, captured.out, captured.err)

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import run_in_process
 
 from dqn_atari import main, sweep, utils_config, utils_drl, utils_run
 from dqn_atari.utils_run import (
@@ -273,12 +274,12 @@ def test_start_episodes_refuses_garbage_and_repairs_a_missing_newline(tmp_path):
         start_episodes(path, 30)
 
 
-def test_resume_from_an_older_checkpoint_restores_and_truncates_rewards(small_run, tmp_path):
+def test_resume_from_an_older_checkpoint_restores_and_truncates_rewards(small_run, tmp_path, capsys):
     run = copy_run(small_run, tmp_path / "run")
     full = (run / "rewards.txt").read_text().splitlines(keepends=True)
     (run / "model_002.pt").write_bytes(b"torn")  # the newest checkpoint is unreadable
     (run / "rewards.txt").write_text(full[1] + full[2])  # and line 0 is gone
-    resumed = run_main("--resume", str(run), "--steps", "300")
+    resumed = run_in_process(capsys, "--resume", str(run), "--steps", "300")
     assert resumed.returncode == 0, resumed.stderr
     assert f"Note: skipped {run / 'model_002.pt'} is not a readable checkpoint" in resumed.stdout
     assert "restored evaluations 0 from their checkpoints" in resumed.stdout
@@ -524,11 +525,11 @@ def count_games(monkeypatch) -> list[int]:
     return played
 
 
-def test_ctrl_c_during_the_refill_writes_no_memory_and_the_run_resumes(tmp_path):
+def test_ctrl_c_during_the_refill_writes_no_memory_and_the_run_resumes(tmp_path, capsys):
     """The reproduction of the issue: a resume with --save-memory, interrupted while refilling."""
     run = tmp_path / "run"
     common = [*TINY, "--learning-starts", "1000", "--memory-size", "1500"]
-    assert run_main(*common, "--steps", "1100", "--eval-every", "1100", "--out", str(run)).returncode == 0
+    assert main.main([*common, "--steps", "1100", "--eval-every", "1100", "--out", str(run)]) == 0
     process = popen_main("--resume", str(run), "--steps", "1200", "--save-memory")
     seen = ""
     while "refilling replay memory" not in seen:
@@ -539,7 +540,7 @@ def test_ctrl_c_during_the_refill_writes_no_memory_and_the_run_resumes(tmp_path)
     assert process.returncode == 130, stderr
     assert "Interrupted at step 1100" in stdout and "Traceback" not in stderr
     assert not (run / MEMORY_FILE).exists() and not (run / "model_interrupted.pt").exists()
-    resumed = run_main("--resume", str(run), "--steps", "1150")
+    resumed = run_in_process(capsys, "--resume", str(run), "--steps", "1150")
     assert resumed.returncode == 0, resumed.stderr
 
 
@@ -915,7 +916,7 @@ class RunsCode:
         return os.system, (self.command,)
 
 
-def test_nothing_in_a_run_folder_is_ever_unpickled(tmp_path):
+def test_nothing_in_a_run_folder_is_ever_unpickled(tmp_path, capsys):
     """A downloaded run folder whose checkpoint holds, where the emulator state goes, a pickle that
     runs a command: --resume (by hand and by a sweep), --evaluate, the Python API, the sweep's
     report, plot.py and video.py never run it. The resume goes on from a new game, with a note."""
@@ -929,7 +930,7 @@ def test_nothing_in_a_run_folder_is_ever_unpickled(tmp_path):
     torch.save(checkpoint, run / "model_001.pt")
     assert load_checkpoint(run / "model_001.pt")["players"][0]["env"]["ale"].startswith(b"\x80")  # it loads as bytes
 
-    resumed = run_main("--resume", str(run), "--steps", "160")
+    resumed = run_in_process(capsys, "--resume", str(run), "--steps", "160")
     assert resumed.returncode == 0, resumed.stderr
     assert "Note: the checkpoint's games cannot be continued, their emulator state is not an emulator state" in (
         resumed.stdout

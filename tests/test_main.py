@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import run_in_process
 from PIL import Image
 
 from dqn_atari import bench, main, sweep, utils_config
@@ -69,7 +70,7 @@ def assert_same_run(first: Path, second: Path, first_checkpoint: str, second_che
     return checkpoints
 
 
-def test_train_render_checkpoint_and_resume(tmp_path):
+def test_train_render_checkpoint_and_resume(tmp_path, capsys):
     run = tmp_path / "run"
     done = run_main(*TINY, "--steps", "300", "--eval-every", "100", "--render", "--out", str(run))
     assert done.returncode == 0, done.stderr
@@ -97,7 +98,7 @@ def test_train_render_checkpoint_and_resume(tmp_path):
 
     before = (run / "rewards.txt").read_text()
     games_before = (run / "episodes.csv").read_text()
-    resumed = run_main("--resume", str(run), "--steps", "400")
+    resumed = run_in_process(capsys, "--resume", str(run), "--steps", "400")
     assert resumed.returncode == 0, resumed.stderr
     assert f"Resuming from {run / 'model_003.pt'} (step 300)\n" in resumed.stdout  # what it goes on from
     assert (run / "rewards.txt").read_text().startswith(before)
@@ -112,7 +113,7 @@ def test_train_render_checkpoint_and_resume(tmp_path):
     assert not (run / "eval_005").exists() and not load_checkpoint(run / "model_005.pt")["config"]["render"]
 
 
-def test_ctrl_c_saves_a_checkpoint_that_resumes_at_its_step(tmp_path):
+def test_ctrl_c_saves_a_checkpoint_that_resumes_at_its_step(tmp_path, capsys):
     run = tmp_path / "run"
     process = subprocess.Popen(
         [
@@ -146,7 +147,7 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes_at_its_step(tmp_path):
     assert [i for i, _, _ in rewards(run)] == [0]
     interrupted = games(run, "model_interrupted.pt")
 
-    resumed = run_main("--resume", str(run), "--steps", str(step + 40), "--eval-every", "100000")
+    resumed = run_in_process(capsys, "--resume", str(run), "--steps", str(step + 40), "--eval-every", "100000")
     assert resumed.returncode == 0, resumed.stderr
     assert f"Resuming from {run / 'model_interrupted.pt'} (step {step:,})" in resumed.stdout
     assert f"Done: {step + 40} steps" in resumed.stdout
@@ -415,7 +416,7 @@ def test_the_named_protocols_set_their_papers_values(tmp_path):
     assert env["full_action_space"] and not env["life_loss_terminal"] and env["sticky_actions"] == 0.25
 
 
-def test_the_atari100k_preset_runs_end_to_end_and_resumes(tmp_path):
+def test_the_atari100k_preset_runs_end_to_end_and_resumes(tmp_path, capsys):
     """Dopamine's pipeline, one update per step, the target network the online one, a final
     evaluation; the memory saved with each checkpoint, so that a resume is exact."""
     run = tmp_path / "run"
@@ -432,7 +433,7 @@ def test_the_atari100k_preset_runs_end_to_end_and_resumes(tmp_path):
     assert "shift_rng" in checkpoint["agent"] and checkpoint["agent"]["online"]["hidden.0.weight"].shape == (512, 7744)
     online, target = checkpoint["agent"]["online"], checkpoint["agent"]["target"]
     assert all(torch.equal(online[key], target[key]) for key in online)  # one network
-    resumed = run_main("--resume", str(run), "--steps", "300")
+    resumed = run_in_process(capsys, "--resume", str(run), "--steps", "300")
     assert resumed.returncode == 0, resumed.stderr
     assert "Note:" not in resumed.stdout  # the saved memory: nothing refilled
     assert [(i, s) for i, s, _ in rewards(run)] == [(0, 0), (1, 250), (2, 300)]
