@@ -59,7 +59,7 @@ def every_cpu():
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests that share the session's Ray run in one worker; tests marked cuda need a CUDA device:
+    """Tests that share a Ray run in one worker, one after another; tests marked cuda need a CUDA device:
     skipped where none is visible (CI has none)."""
     for item in items:  # (with --dist loadgroup) so that only one Ray is started
         if "ray_cluster" in item.fixturenames:
@@ -72,17 +72,24 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def ray_cluster():
-    """One local Ray for every test that needs it (starting one takes seconds); main.py, finding
-    it started, uses it and leaves it running."""
+    """One local Ray for the tests that need it, one after another (starting one takes seconds); main.py, finding it
+    started, uses it and leaves it running. It stops after the last of them: idle, its processes take a core's 8%."""
     ray = pytest.importorskip("ray")
     from dqn_atari import utils_apex
 
-    with on_every_cpu():  # Ray's processes, started now, inherit every CPU
-        utils_apex.start_ray(None, cpus=2)
+    if not ray.is_initialized():
+        with on_every_cpu():  # Ray's processes, started now, inherit every CPU
+            utils_apex.start_ray(None, cpus=2)
     yield
-    ray.shutdown()
+
+
+def pytest_runtest_teardown(item, nextitem):
+    if "ray_cluster" in item.fixturenames and (nextitem is None or "ray_cluster" not in nextitem.fixturenames):
+        import ray
+
+        ray.shutdown()
 
 
 def run_in_process(capsys, *args: str) -> subprocess.CompletedProcess:
