@@ -86,6 +86,7 @@ def ray_cluster():
 
 
 def pytest_runtest_teardown(item, nextitem):
+    """Ray stopped after the last test of a row that uses it (with --dist loadgroup they run in a row)."""
     if "ray_cluster" in item.fixturenames and (nextitem is None or "ray_cluster" not in nextitem.fixturenames):
         import ray
 
