@@ -556,9 +556,10 @@ GPU_PARTS = ("side", "atari100k", "envs", "evaluation", "cleanrl")
 # The games-at-once part: our default loop (Breakout, CleanRL's settings as the side-by-side part) at these --envs,
 # --env-workers, --threads and --learn-while-playing, in turn, GPU_ENVS_ROUNDS rounds of GPU_ENVS_STEPS steps once
 # learning (issue 48 asks for 5 of at least 20,000; multiples of 128 games); on a 16-core GPU host the workers share
-# the cores the emulators need, and 15 leave this process one. The fastest of runs 6 and 7 of docs/gpu.md (each setting once), it learning
-# while its games play (--learn-while-playing: run 7's round of 64 games spent 11.4 ms playing and 17.0 learning, one
-# after the other), and that with one torch thread (faster without it in run 7's one round).
+# the cores the emulators need, and 15 leave this process one. The fastest of runs 6 and 7 of docs/gpu.md (each
+# setting once), it learning while its games play (--learn-while-playing: run 7's round of 64 games spent 11.4 ms
+# playing and 17.0 learning, one after the other), and that with one torch thread (faster without it in run 7's one
+# round).
 GPU_ENVS = ((1, 0, "auto", False), (128, 15, "auto", False), (128, 15, "auto", True), (128, 15, 1, True))
 GPU_ENVS_ROUNDS, GPU_ENVS_STEPS, GPU_ENVS_LEARNING_STARTS = 5, 20_480, 4_096
 PROFILED_ENVS = (128, 15)  # the setting whose round round_parts takes apart, after the rounds
