@@ -58,6 +58,7 @@ def every_cpu():
         yield
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups
 def pytest_collection_modifyitems(config, items):
     """Tests that share a Ray run in one worker, one after another; tests marked cuda need a CUDA device:
     skipped where none is visible (CI has none)."""

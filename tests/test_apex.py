@@ -136,6 +136,7 @@ def test_apex_run_writes_the_usual_outputs_holds_the_replay_ratio_and_resumes(tm
     games(run, "model_003.pt")
 
 
+@pytest.mark.slow
 def test_an_actor_killed_mid_run_is_restarted_and_training_goes_on(tmp_path, ray_cluster, pools, capsys):
     run = tmp_path / "run"
 
@@ -155,6 +156,7 @@ def test_an_actor_killed_mid_run_is_restarted_and_training_goes_on(tmp_path, ray
     assert "actor 0 lost its chunk" in captured.out + captured.err
 
 
+@pytest.mark.slow
 def test_losing_every_actor_ends_in_one_line_with_a_checkpoint(tmp_path, ray_cluster, pools, capsys):
     run = tmp_path / "run"
 
@@ -216,6 +218,7 @@ def test_ctrl_c_while_ray_starts_waits_for_ray_unless_pressed_twice(presses, mon
     assert "Stopping once Ray has started (Ctrl-C again to stop at once)." in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_actors_and_learner_with_a_checkpoint(tmp_path, ray_cluster, pools, capsys):
     run = tmp_path / "run"
 
@@ -235,6 +238,7 @@ def test_ctrl_c_stops_actors_and_learner_with_a_checkpoint(tmp_path, ray_cluster
         ray.get(pools[0].handles[0].collect.remote(None), timeout=30)
 
 
+@pytest.mark.slow
 def test_a_cluster_address_where_nothing_answers_is_one_line(tmp_path):
     argv = [
         "--env",
@@ -256,6 +260,7 @@ def test_a_cluster_address_where_nothing_answers_is_one_line(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_sigterm_stops_an_apex_run_with_a_checkpoint(tmp_path):
     """SIGTERM, as a scheduler or `timeout` stops a job, to a run that starts Ray itself: ray.init
     installs its own handler (a stack dump, then abort) unless the run keeps its own."""
@@ -270,6 +275,7 @@ def test_sigterm_stops_an_apex_run_with_a_checkpoint(tmp_path):
     assert f"continue with: python main.py --resume {run}" in stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ratio", ["fixed", "free"])
 def test_hung_actors_time_out_under_both_replay_ratios(ratio, tmp_path, ray_cluster, pools, capsys, monkeypatch):
     """Actors that stop answering (a hung node, a partition, SIGSTOP): with --replay-ratio free the
@@ -295,6 +301,7 @@ def test_hung_actors_time_out_under_both_replay_ratios(ratio, tmp_path, ray_clus
     assert "model_interrupted.pt" in error
 
 
+@pytest.mark.slow
 def test_actors_that_cannot_start_say_why_in_the_learners_one_line(tmp_path, ray_cluster, pools, capsys, monkeypatch):
     """An exception in an actor's constructor (here a game that does not exist; a MemoryError for a
     huge chunk) reaches the learner's last line, not 'its machine was lost'."""

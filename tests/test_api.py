@@ -180,6 +180,7 @@ def test_the_package_holds_every_module_and_its_commands():
     assert done.returncode == 2 and done.stderr.strip() == "dqn-sweep: error: /no/such is not a folder of a sweep"
 
 
+@pytest.mark.slow
 def test_an_installed_copy_shadows_nothing_and_reports_outside_the_checkout(tmp_path):
     """``pip install .`` (not editable) into a fresh environment: from a folder holding a user's own
     main.py, utils_run.py and plot.py, ``from dqn_atari import dqn`` works and the user's modules stay
@@ -230,13 +231,33 @@ def test_an_installed_copy_shadows_nothing_and_reports_outside_the_checkout(tmp_
 
 
 def test_the_readme_counts_the_tests_of_this_suite():
-    """The README's count of tests (and of those that need a GPU) is the suite's own: one collection."""
-    collected = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-m", "cuda"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    cuda, total = re.search(r"(\d+)/(\d+) tests collected", collected.stdout).groups()
-    assert f"{total} tests, {cuda} of which need a CUDA GPU" in (ROOT / "README.md").read_text()
+    """The README's counts of tests (all, those `make test` leaves to `make test-slow`, those that need a GPU) are
+    the suite's own: one collection."""
+    count = (
+        "import pytest\n"
+        "class Count:\n"
+        "    def pytest_collection_finish(self, session):\n"
+        "        fast = [item for item in session.items if item.get_closest_marker('slow') is None]\n"
+        "        print('COUNTS', len(session.items), len(fast), sum(item.get_closest_marker('cuda') is not None for item in fast))\n"
+        "pytest.main(['--collect-only', '-q', '-p', 'no:cacheprovider'], plugins=[Count()])\n"
+    )
+    collected = subprocess.run([sys.executable, "-c", count], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    total, fast, cuda = map(int, re.search(r"COUNTS (\d+) (\d+) (\d+)", collected.stdout).groups())
+    readme = (ROOT / "README.md").read_text()
+    assert f"{fast} of its {total} tests, {cuda} of which need a CUDA GPU" in readme
+    assert f"The other {total - fast}, marked slow, are `make test-slow`" in readme
+
+
+def test_the_tests_that_share_ray_are_grouped_into_one_worker(request):
+    """Under `make test`'s --dist loadgroup, every test that uses the shared local Ray carries the group in its id, so
+    pytest-xdist sends them all to one worker and one Ray starts (conftest.py). Under pytest 9, pytest-xdist 3.8 groups
+    nothing, and in two workers two Rays of 2 CPUs each ran at once."""
+    if not request.config.getoption("loadgroup", default=False):
+        pytest.skip("runs under --dist loadgroup (make test)")
+    ray_tests = [item.nodeid for item in request.session.items if "ray_cluster" in item.fixturenames]
+    if not ray_tests:
+        pytest.skip("no test that uses Ray was selected")
+    assert all(nodeid.endswith("@ray") for nodeid in ray_tests), ray_tests
 
 
 def test_importing_dqn_leaves_its_host_process_as_it_was(tmp_path):
@@ -271,11 +292,11 @@ def test_the_suites_time_is_the_readmes_and_its_history_holds_it():
     """The README's Tests section gives the suite's latest time, its quick start rounds it to whole minutes, and
     docs/tests.md gives figures only in its history of the suite's time, which holds the README's."""
     readme = (ROOT / "README.md").read_text()
-    minutes, seconds = map(int, re.search(r"nothing else training they took (\d+) min (\d+) s", readme).groups())
+    minutes, seconds = map(int, re.search(r"nothing else training `make test` took (\d+) min (\d+) s", readme).groups())
     assert f"# the test suite, about {round(minutes + seconds / 60)} minutes on 2 CPU cores" in readme
     checks, history = (ROOT / "docs" / "tests.md").read_text().split("\n## The suite's time\n")
     assert not re.search(r"\d+ tests|\d+ min \d+ s", checks)
-    assert f"then {minutes} min {seconds} s" in history
+    assert f"then took {minutes} min {seconds} s" in history
 
 
 def test_importing_dqn_registers_the_ids_of_installed_packages(tmp_path):

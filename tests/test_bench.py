@@ -23,6 +23,7 @@ KEYS = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_quick_benchmark_reports_every_figure(monkeypatch):
     # The shared-machine part times four loops, each in a fresh process: the first runs for real (bench.py --loop
     # prints its steps/s), the other three print a stand-in figure. Beside a busy core and two at once, they would

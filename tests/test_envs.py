@@ -51,7 +51,7 @@ def test_act_all_draws_as_act_does_one_game_after_another():
     assert batched.act_all(states, 0.0).tolist() == greedy
 
 
-@pytest.mark.parametrize("sticky_actions", [0.0, 0.25])
+@pytest.mark.parametrize("sticky_actions", [0.0, pytest.param(0.25, marks=pytest.mark.slow)])
 def test_seeded_evaluation_games_are_the_same_however_many_play_at_once(sticky_actions):
     """Game k is seeded by (entropy, k): its emulator, no-op starts and epsilon draws. One at a time, three, or all
     five at once play the same games, on machines that played other games before (seeded again) as on new ones."""
@@ -171,7 +171,11 @@ def stop_at(monkeypatch, step: int) -> None:
 
 @pytest.mark.parametrize(
     "memory,split_only",
-    [([], []), (["--prioritized"], ["--env-workers", "4"]), (["--learn-while-playing"], ["--env-workers", "2"])],
+    [
+        ([], []),
+        pytest.param(["--prioritized"], ["--env-workers", "4"], marks=pytest.mark.slow),
+        pytest.param(["--learn-while-playing"], ["--env-workers", "2"], marks=pytest.mark.slow),
+    ],
     ids=["uniform", "prioritized-stopped-run-in-worker-processes", "learning-while-playing-stopped-run-in-workers"],
 )
 def test_training_games_at_once_resume_exactly_from_a_stop_inside_a_round(tmp_path, monkeypatch, memory, split_only):
@@ -322,6 +326,7 @@ def alive(pid: int) -> bool:
     return "\nState:\tZ" not in status  # a zombie has ended
 
 
+@pytest.mark.slow
 def test_worker_processes_end_with_the_run_even_killed_and_a_dead_worker_ends_the_run(tmp_path):
     """kill -9 of the training process: its game workers and their fork server end within seconds (no orphans). A
     worker killed under a running training process: the run ends in one line naming the games it held and the last

@@ -274,6 +274,7 @@ def test_start_episodes_refuses_garbage_and_repairs_a_missing_newline(tmp_path):
         start_episodes(path, 30)
 
 
+@pytest.mark.slow
 def test_resume_from_an_older_checkpoint_restores_and_truncates_rewards(small_run, tmp_path, capsys):
     run = copy_run(small_run, tmp_path / "run")
     full = (run / "rewards.txt").read_text().splitlines(keepends=True)
@@ -331,6 +332,7 @@ def saved_memory_run(tmp_path: Path) -> Path:
     return run
 
 
+@pytest.mark.slow
 def test_a_saved_memory_is_used_only_when_it_belongs_to_the_checkpoint(tmp_path, capsys):
     run = saved_memory_run(tmp_path)
     memory = run / MEMORY_FILE
@@ -385,6 +387,7 @@ def test_a_memory_saved_before_an_option_existed_is_used_when_the_option_keeps_i
     assert "refilling" not in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_a_crash_between_a_memory_and_its_checkpoint_leaves_a_pair_to_resume_exactly(tmp_path, monkeypatch, capsys):
     """With --save-memory, memory.pt was written before model_NNN.pt: a full disk or a kill between the two
     left the last checkpoint without its memory. Now a crash while the checkpoint is written (the disk
@@ -446,6 +449,7 @@ def scores(run: Path) -> list[list[str]]:
     return [line.split()[:-1] for line in (run / "rewards.txt").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_an_evaluation_writes_no_score_and_a_resume_goes_on_from_its_game(tmp_path, monkeypatch, capsys):
     """Stopped in line 0's evaluation, in one at --eval-every and in the final one, each with two of its games
     done (two at a time): no partial line, the first game's frames kept, and the run finished afterwards is the
@@ -525,6 +529,7 @@ def count_games(monkeypatch) -> list[int]:
     return played
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_the_refill_writes_no_memory_and_the_run_resumes(tmp_path, capsys):
     """The reproduction of the issue: a resume with --save-memory, interrupted while refilling."""
     run = tmp_path / "run"
@@ -826,6 +831,7 @@ def test_a_device_out_of_memory_is_one_line_naming_the_last_checkpoint(tmp_path,
     )
 
 
+@pytest.mark.slow
 def test_ctrl_c_with_nobody_reading_stdout_still_saves(tmp_path):
     """`main.py ... | head -1`, or a `tee` that died: the output has no reader any more, and Ctrl-C
     must still stop the run with its checkpoint rather than end in a broken pipe."""
@@ -844,6 +850,7 @@ def test_ctrl_c_with_nobody_reading_stdout_still_saves(tmp_path):
     assert load_checkpoint(run / "model_interrupted.pt")["run"]["step"] > 0
 
 
+@pytest.mark.slow
 def test_a_dead_reader_of_stderr_does_not_end_the_run(tmp_path):
     """`main.py ... 2>&1 | tee log` and the tee dies: the progress bar (on stderr) has no reader. The
     run goes on, and Ctrl-C still stops it with its checkpoint (it used to end at the bar's next

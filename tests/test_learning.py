@@ -31,11 +31,12 @@ NOISY = {"noisy_sigma0": NOISY_SIGMA0}
 
 # Each part (memories, n-step windows, heads, noise) is checked against hand-computed values in its own tests; these
 # check that the parts learn together: Nature DQN, and the parts Rainbow adds all at once (prioritized, 3-step, C51,
-# noisy). Each takes about 40 seconds of the suite.
+# noisy). Each takes about 40 seconds; Nature DQN's is in the slow tier, as test_gym_env's MinAtar run from the command
+# line shows the defaults learning in every `make test`.
 @pytest.mark.parametrize(
     "prioritized,n_step,device,options",
     [
-        (False, 1, "cpu", {}),  # Nature DQN
+        pytest.param(False, 1, "cpu", {}, marks=pytest.mark.slow),  # Nature DQN
         (True, 3, "cpu", {**C51, **NOISY}),  # Rainbow's parts but dueling and double: exploring by the noise alone
         pytest.param(True, 1, "cuda", {}, marks=pytest.mark.cuda),  # frames on the GPU
         pytest.param(True, 3, "cuda", {**C51, **NOISY}, marks=pytest.mark.cuda),

@@ -28,6 +28,8 @@ DOPAMINE_PIPELINE = [
     "--network", "dopamine", "--augment", "dopamine", "--noop-unit", "steps", "--stack-fill", "zeros",
     "--stack-per-life", "--no-fire-reset",
 ]  # fmt: skip
+# The Atari 100k recipes' learning: a step and a target sync each agent step, double, dueling, 3-step returns.
+ATARI100K_LEARNING = ["--target-every", "1", "--double", "--dueling", "--n-step", "3", "--train-every", "1"]
 # Rainbow's parts. beta held at 1: prioritized replay anneals it to 1 at --steps, which a split run's first part
 # changes; shorter games: a noisy network on Breakout at epsilon 0 may not finish one of 500 steps in 300.
 RAINBOW_LIKE = [
@@ -159,9 +161,9 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes_at_its_step(tmp_path, capsys):
     "recipe",
     [
         [],
-        ["--augment", "shift", "--target-every", "1", "--double", "--dueling", "--n-step", "3", "--train-every", "1"],
-        [*DOPAMINE_PIPELINE, "--target-every", "1", "--double", "--dueling", "--n-step", "3", "--train-every", "1"],
-        RAINBOW_LIKE,
+        pytest.param(["--augment", "shift", *ATARI100K_LEARNING], marks=pytest.mark.slow),
+        pytest.param([*DOPAMINE_PIPELINE, *ATARI100K_LEARNING], marks=pytest.mark.slow),
+        pytest.param(RAINBOW_LIKE, marks=pytest.mark.slow),
     ],
     ids=["nature", "atari100k-v1-like", "atari100k-like", "rainbow-like"],
 )

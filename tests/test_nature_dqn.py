@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from dqn_atari import main, nature_dqn
@@ -23,6 +24,7 @@ FLAGS = [
 LEARNING_STARTS, EPSILON_ENDS = 1000, 2000
 
 
+@pytest.mark.slow
 def test_nature_dqn_plays_main_pys_training_games_and_evaluations(tmp_path):
     assert main.main([*FLAGS, "--threads", "1", "--out", str(tmp_path / "main")]) == 0
     torch.set_num_threads(1)  # main.py's --threads 1: the thread count changes the learning step's numerics

@@ -740,6 +740,7 @@ def test_the_sweep_reads_the_steps_of_a_preset():
     assert options_of(["--steps", "3000"]).steps == 3000
 
 
+@pytest.mark.slow
 def test_sigterm_stops_a_sweep_on_ray_and_its_runs_with_checkpoints(tmp_path):
     """SIGTERM to sweep.py (Slurm, Kubernetes, `timeout`), which starts Ray itself: like Ctrl-C, each
     running main.py saves a checkpoint, the sweep says how to continue, and no process is left."""
@@ -759,6 +760,7 @@ def test_sigterm_stops_a_sweep_on_ray_and_its_runs_with_checkpoints(tmp_path):
     assert not [cmdline for cmdline in process_command_lines() if str(out) in cmdline]  # no run left training
 
 
+@pytest.mark.slow
 def test_a_sweep_killed_by_sigkill_on_ray_leaves_each_run_with_a_checkpoint(tmp_path):
     """kill -9 of sweep.py, which starts Ray itself: Ray's worker would SIGKILL the main.py it
     started on its way out; the run must instead get SIGTERM (its parent died) and save a
@@ -812,6 +814,7 @@ def process_command_lines() -> list[str]:
     return lines
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_ray_starts_and_an_address_with_no_ray_are_one_line(tmp_path):
     pytest.importorskip("ray")
     argv = [sys.executable, "sweep.py", "--envs", "Pong", "--seeds", "0", *TINY, "--out", str(tmp_path / "S")]

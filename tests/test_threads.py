@@ -35,6 +35,7 @@ def test_threads_one_runs_torch_with_one_thread(tmp_path):
     assert started_threads(tmp_path, "--threads", "1").endswith(", 1 CPU threads)")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(len(ALL_CPUS) < 2, reason="needs 2 CPUs to restrict to 1")
 def test_auto_follows_the_affinity_mask(tmp_path):
     # The CPUs the suite started with: a worker of `make test` is itself pinned to one of them.
