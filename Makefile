@@ -31,11 +31,11 @@ install: $(VENV)/installed
 # release's CPU build is on this project's machines' disk, and a bare `torch` requirement would
 # otherwise fetch the newest one. Elsewhere pip takes the registry's default build (with CUDA on
 # Linux x86-64, several GB); TORCH_INDEX=URL takes it from that wheel index instead (PyTorch's CPU one).
+# pytest 8: under pytest 9, pytest-xdist 3.8's --dist loadgroup groups nothing (tests/test_api.py checks it).
 TORCH_INDEX ?=
 $(VENV)/installed: requirements.txt pyproject.toml Makefile  # a new module or test tool reinstalls
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	# pytest 8: under pytest 9, pytest-xdist 3.8's --dist loadgroup groups nothing (tests/test_api.py checks it)
 	$(BIN)/python -m pip install --quiet -r requirements.txt pytest==8.4.2 pytest-xdist==3.8.0 ruff==0.17.6 tensorboard "ray>=2.40" "setuptools>=68" minatar==1.0.15
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .   # the modules and the dqn-* commands
 	touch $@
