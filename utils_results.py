@@ -1036,7 +1036,9 @@ def with_rounds(mean: float, rounds: list[float], decimals: int) -> str:
 
 # --- The main job: python main.py on Breakout, 10M steps ----------------------------------------------------------
 
-MAIN_JOB = ROOT / "results" / "breakout-10m"  # references.csv, stops.csv, and the run's folder Breakout-seed0
+# references.csv, stops.csv, and a folder per attempt, attempt-K/Breakout-seed0 (a new attempt starts from step 0
+# where a machine no longer holds the last one's checkpoint).
+MAIN_JOB = ROOT / "results" / "breakout-10m"
 TRAINING_WINDOW = 100  # the training games whose mean stands beside each evaluation
 # The released agent's evaluation with Nature's protocol, once the run has ended: what
 # `main.py --evaluate AGENT --eval-episodes 30 --eval-epsilon 0.05` printed, kept beside the run.
@@ -1060,13 +1062,23 @@ def read_csv_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(line for line in source if not line.startswith("#")))
 
 
-def main_job_report(folder: Path = MAIN_JOB) -> dict[str, Any]:
-    """The main job as its committed files give it: each evaluation (step, the mean, spread and range of its
-    games) beside the mean of the last TRAINING_WINDOW training games before it, the run's wall time per
-    million steps, its stops and resumes (stops.csv, each with its wall time and steps/s from episodes.csv),
-    and the published references (references.csv)."""
-    run = folder / "Breakout-seed0"
-    config = read_config(run)
+def main_job_attempts(folder: Path = MAIN_JOB) -> list[Path]:
+    """Each attempt's run folder, the first attempt first."""
+    attempts = sorted(folder.glob("attempt-*/Breakout-seed0"), key=attempt_number)
+    if not attempts:
+        raise RunLogError(f"{folder} holds no attempt-K/Breakout-seed0 folder")
+    return attempts
+
+
+def attempt_number(run: Path) -> int:
+    """K of an attempt's run folder attempt-K/Breakout-seed0."""
+    return int(run.parent.name.removeprefix("attempt-"))
+
+
+def attempt_report(run: Path, stops: list[dict[str, str]]) -> dict[str, Any]:
+    """One attempt as its files give it: each evaluation (step, the mean, spread and range of its games) beside the
+    mean of the last TRAINING_WINDOW training games before it, its wall time, and its stops (its rows of
+    stops.csv, each with its wall time and steps/s from episodes.csv)."""
     games = read_episodes(run / EPISODES_FILE)  # step, score, length, epsilon, seconds
     evaluations = []
     for _, (step, mean, std, low, high, episodes, _seconds) in read_rewards(run / REWARDS_FILE):
@@ -1076,7 +1088,6 @@ def main_job_report(folder: Path = MAIN_JOB) -> dict[str, Any]:
             {"step": int(step), "mean": mean, "std": std, "min": low, "max": high, "games": int(episodes),
              "training_mean": training, "training_games": len(before)}
         )  # fmt: skip
-    step = int(games[-1, 0]) if len(games) else 0
     seconds = float(games[-1, 4]) if len(games) else 0.0
     recent = games[-TRAINING_WINDOW:, 1]
 
@@ -1084,47 +1095,62 @@ def main_job_report(folder: Path = MAIN_JOB) -> dict[str, Any]:
         played = games[games[:, 0] <= at]
         return float(played[-1, 4]) if len(played) else 0.0
 
-    stops = []
-    for row in read_csv_rows(folder / "stops.csv"):
+    stretches = []
+    for row in stops:
         start, stop = int(row["start_step"]), int(row["stop_step"])
         wall = seconds_at(stop) - (0.0 if start == 0 else seconds_at(start))
-        stops.append({**row, "start_step": start, "stop_step": stop, "seconds": wall,
-                      "steps_per_second": (stop - start) / wall if wall > 0 else math.nan})  # fmt: skip
-    step = max([step] + [stop["stop_step"] for stop in stops])  # a stop comes after the last game ended
+        stretches.append({**row, "start_step": start, "stop_step": stop, "seconds": wall,
+                          "steps_per_second": (stop - start) / wall if wall > 0 else math.nan})  # fmt: skip
+    last_game = int(games[-1, 0]) if len(games) else 0
+    return {
+        "attempt": attempt_number(run),
+        "steps": int(read_config(run)["steps"]),
+        "step": max([last_game] + [stop["stop_step"] for stop in stretches]),  # a stop comes after the last game
+        "wall_seconds": seconds,
+        "hours_per_million_steps": seconds / 3600 / (last_game / 1e6) if last_game else math.nan,
+        "training_mean": float(recent.mean()) if len(recent) else math.nan,
+        "training_games": len(recent),
+        "evaluations": evaluations,
+        "stops": stretches,
+    }
+
+
+def main_job_report(folder: Path = MAIN_JOB) -> dict[str, Any]:
+    """The main job as its committed files give it: each attempt (``attempt_report``; the last is the one under
+    way), the published references (references.csv) and, once released, the agent's evaluation."""
+    stops = read_csv_rows(folder / "stops.csv")
+    attempts = []
+    for run in main_job_attempts(folder):
+        attempts.append(attempt_report(run, [row for row in stops if int(row["attempt"]) == attempt_number(run)]))
     references = [
         {**row, "score": float(row["score"]), "spread": float(row["spread"])}
         for row in read_csv_rows(folder / "references.csv")
     ]
     agent = read_playback(folder / AGENT_EVALUATION) if (folder / AGENT_EVALUATION).exists() else None
-    return {
-        "agent": agent,
-        "steps": int(config["steps"]),
-        "step": step,
-        "wall_seconds": seconds,
-        "hours_per_million_steps": seconds / 3600 / (games[-1, 0] / 1e6) if len(games) else math.nan,
-        "training_mean": float(recent.mean()) if len(recent) else math.nan,
-        "training_games": len(recent),
-        "evaluations": evaluations,
-        "stops": stops,
-        "references": references,
-    }
+    return {"attempts": attempts, "references": references, "agent": agent}
 
 
 def main_job_figure(folder: Path = MAIN_JOB) -> Figure:
-    """The main job's curves from its committed files, over its whole length of steps: its evaluations (mean, band
-    from the lowest to the highest game) and its training games (each a dot, the line the mean of the last
-    TRAINING_WINDOW), each beside the published scores of references.csv as dashed lines."""
-    run = folder / "Breakout-seed0"
-    steps = int(read_config(run)["steps"])
+    """The main job's curves from its committed files, over its whole length of steps: each attempt's evaluations
+    (mean, band from the lowest to the highest game) and training games (each a dot, the line the mean of the last
+    TRAINING_WINDOW), beside the published scores of references.csv as dashed lines."""
+    runs = main_job_attempts(folder)
+    steps = int(read_config(runs[-1])["steps"])
     drawing = Figure(figsize=(12, 4.5), dpi=110, layout="constrained")
-    curves = plot.read_curve(run / REWARDS_FILE), plot.read_train_curve(run / EPISODES_FILE, TRAINING_WINDOW)
+    readers = (
+        lambda run: plot.read_curve(run / REWARDS_FILE),
+        lambda run: plot.read_train_curve(run / EPISODES_FILE, TRAINING_WINDOW),
+    )
     titles = "evaluations (10 games, epsilon 0.05)", "training games"
-    for panel, curve, title in zip(drawing.subplots(1, 2), curves, titles, strict=True):
-        curve.label = "this run"
-        plot.draw_on(panel, [curve], title=title, window=TRAINING_WINDOW)
+    for panel, read, title in zip(drawing.subplots(1, 2), readers, titles, strict=True):
+        curves = [read(run) for run in runs]
+        for run, curve in zip(runs, curves, strict=True):
+            curve.label = f"attempt {attempt_number(run)}"
+        plot.draw_on(panel, curves, title=title, window=TRAINING_WINDOW)
         for index, row in enumerate(read_csv_rows(folder / "references.csv")):
             name = row["name"] if "frames" in row["name"] else f"{row['name']}, {row['frames']} frames"
-            panel.axhline(float(row["score"]), color=f"C{index + 1}", linestyle="--", linewidth=1, label=name)
+            color = f"C{len(runs) + index}"  # after the attempts' colours
+            panel.axhline(float(row["score"]), color=color, linestyle="--", linewidth=1, label=name)
         panel.set_xlim(0, steps)
         panel.legend(fontsize="small", loc="upper left")
     drawing.suptitle(f"python main.py: Breakout, seed 0, {steps:,} steps (10M steps are 40M frames)")
@@ -1132,27 +1158,39 @@ def main_job_figure(folder: Path = MAIN_JOB) -> Figure:
 
 
 def main_job_markdown(report: dict[str, Any]) -> str:
-    """``main_job_report`` as the tables of docs/results.md: where the run stands beside each reference, its
-    evaluations with the training games' mean, and its stops and resumes."""
-    last = report["evaluations"][-1]
+    """``main_job_report`` as the tables of docs/results.md: where each attempt stands beside each reference, the
+    attempts' evaluations side by side with the training games' mean, and every stop and resume."""
     lines = [
-        f"Step {report['step']:,} of {report['steps']:,} ({report['wall_seconds'] / 3600:.1f} hours of wall time, "
-        f"{report['hours_per_million_steps']:.1f} hours per million steps on this machine).",
+        f"Attempt {attempt['attempt']}: step {attempt['step']:,} of {attempt['steps']:,} "
+        f"({attempt['wall_seconds'] / 3600:.1f} hours of wall time, {attempt['hours_per_million_steps']:.1f} hours "
+        "per million steps on this machine)."
+        for attempt in report["attempts"]
+    ]
+    lines += [
         "",
         "| | score | runs | frames | optimizer | evaluation | sticky actions |",
         "|---|---|---|---|---|---|---|",
-        f"| this run, evaluation at step {last['step']:,} | {last['mean']:.1f} ± {last['std']:.1f} (over its "
-        f"{last['games']} games) | 1 seed | {last['step'] * 4 / 1e6:.1f}M | Adam 1e-4, Huber | {last['games']} games of "
-        "up to 30 minutes, epsilon 0.05, up to 30 no-op frames | none |",
-        f"| this run, training games by step {report['step']:,} | {report['training_mean']:.1f} (the last "
-        f"{report['training_games']}) | 1 seed | {report['step'] * 4 / 1e6:.1f}M | Adam 1e-4, Huber | the training "
-        "games' scores (whole games, epsilon annealed to 0.1 over the first 1M steps) | none |",
     ]
+    for attempt in report["attempts"]:
+        name = f"attempt {attempt['attempt']}"
+        if attempt["evaluations"]:
+            last = attempt["evaluations"][-1]
+            lines.append(
+                f"| {name}, evaluation at step {last['step']:,} | {last['mean']:.1f} ± {last['std']:.1f} (over its "
+                f"{last['games']} games) | 1 seed | {last['step'] * 4 / 1e6:.1f}M | Adam 1e-4, Huber | {last['games']} "
+                "games of up to 30 minutes, epsilon 0.05, up to 30 no-op frames | none |"
+            )
+        if attempt["training_games"]:
+            lines.append(
+                f"| {name}, training games by step {attempt['step']:,} | {attempt['training_mean']:.1f} (the last "
+                f"{attempt['training_games']}) | 1 seed | {attempt['step'] * 4 / 1e6:.1f}M | Adam 1e-4, Huber | the "
+                "training games' scores (whole games, epsilon annealed to 0.1 over the first 1M steps) | none |"
+            )
     agent = report["agent"]
     if agent:
         scores = np.array(agent["scores"])
         lines.append(
-            f"| this run's released agent (step {agent['step']:,}), Nature's protocol | {scores.mean():.1f} ± "
+            f"| the released agent (step {agent['step']:,}), Nature's protocol | {scores.mean():.1f} ± "
             f"{scores.std():.1f} (over its {len(scores)} games) | 1 seed | {agent['step'] * 4 / 1e6:.1f}M | Adam 1e-4, "
             f"Huber | {len(scores)} whole games, epsilon {agent['epsilon']:g}, up to 30 no-op frames | none |"
         )
@@ -1161,20 +1199,38 @@ def main_job_markdown(report: dict[str, Any]) -> str:
             f"| {ref['name']} | {ref['score']:.1f} ± {ref['spread']:.1f} | {ref['runs']} | {ref['frames']} | "
             f"{ref['optimizer']} | {ref['evaluation']} | {ref['sticky_actions']} |"
         )
+    # The evaluations side by side: a row per step, for each attempt its evaluation and the training games' mean.
+    by_step = {
+        (attempt["attempt"], row["step"]): row for attempt in report["attempts"] for row in attempt["evaluations"]
+    }
+    numbers = [attempt["attempt"] for attempt in report["attempts"]]
     lines += [
         "",
-        f"| step | evaluation: mean ± std [min, max] | mean of the {TRAINING_WINDOW} training games before it |",
-        "|---|---|---|",
+        "| step |"
+        + "".join(
+            f" attempt {number}: evaluation, mean ± std [min, max] | attempt {number}: mean of the "
+            f"{TRAINING_WINDOW} training games before it |"
+            for number in numbers
+        ),
+        "|---|" + "---|---|" * len(numbers),
     ]
-    for row in report["evaluations"]:
-        training = f"{row['training_mean']:.1f} ({row['training_games']} games)" if row["training_games"] else "-"
-        lines.append(
-            f"| {row['step']:,} | {row['mean']:.1f} ± {row['std']:.1f} [{row['min']:g}, {row['max']:g}] "
-            f"({row['games']} games) | {training} |"
-        )
+    for step in sorted({step for _, step in by_step}):
+        cells = []
+        for number in numbers:
+            row = by_step.get((number, step))
+            if row is None:
+                cells += ["-", "-"]
+                continue
+            cells.append(
+                f"{row['mean']:.1f} ± {row['std']:.1f} [{row['min']:g}, {row['max']:g}] ({row['games']} games)"
+            )
+            cells.append(
+                f"{row['training_mean']:.1f} ({row['training_games']} games)" if row["training_games"] else "-"
+            )
+        lines.append(f"| {step:,} | " + " | ".join(cells) + " |")
     lines += ["", "| attempt | from step | to step | threads | hours | steps/s | commit | date | note |",
               "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for stop in report["stops"]:
+    for stop in (stop for attempt in report["attempts"] for stop in attempt["stops"]):
         lines.append(
             f"| {stop['attempt']} | {stop['start_step']:,} | {stop['stop_step']:,} | {stop['threads']} | "
             f"{stop['seconds'] / 3600:.1f} | {stop['steps_per_second']:.0f} | {stop['commit']} | {stop['date']} | "

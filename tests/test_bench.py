@@ -224,41 +224,65 @@ def test_the_docs_show_the_main_jobs_tables_as_its_committed_files_give_them():
     assert "(docs/main_job_curve.png)" in (ROOT / "README.md").read_text()
 
 
-def test_the_main_job_report_takes_its_figures_from_the_files(tmp_path):
-    """Hand-made files: each evaluation beside the mean of the 100 training games before it, the wall time of
-    each stretch between stops (from episodes.csv's seconds), and the references as the file gives them."""
-    folder, run = tmp_path / "job", tmp_path / "job" / "Breakout-seed0"
+def write_attempt(folder, attempt, rewards, games):
+    """An attempt's hand-made run folder under the main job's ``folder``: rewards.txt's lines, and episodes.csv of
+    ``games`` (step, score, length, epsilon, seconds)."""
+    run = folder / f"attempt-{attempt}" / "Breakout-seed0"
     run.mkdir(parents=True)
     (run / "config.json").write_text(json.dumps({"steps": 1000}))
-    (run / "rewards.txt").write_text("  0        0 1.5 0.5 1.0 2.0 10 5\n  1      500 8.0 2.0 4.0 12.0 10 300\n")
-    games = [(step, step / 100, 50, 0.5, step * 0.5) for step in range(100, 1001, 100)]  # 2 steps a second
+    (run / "rewards.txt").write_text(rewards)
     (run / "episodes.csv").write_text(
         "step,score,length,epsilon,seconds\n" + "".join(",".join(map(str, game)) + "\n" for game in games)
     )
+
+
+def test_the_main_job_report_takes_its_figures_from_the_files(tmp_path):
+    """Hand-made files of two attempts: each evaluation beside the mean of the 100 training games before it, the
+    wall time of each stretch between stops (from its own attempt's episodes.csv), the attempts side by side, and
+    the references as the file gives them."""
+    folder = tmp_path / "job"
+    games = [(step, step / 100, 50, 0.5, step * 0.5) for step in range(100, 1001, 100)]  # 2 steps a second
+    write_attempt(folder, 1, "  0        0 1.5 0.5 1.0 2.0 10 5\n  1      500 8.0 2.0 4.0 12.0 10 300\n", games)
+    second = [(step, 1.0, 50, 0.9, step * 0.25) for step in (100, 200)]  # 4 steps a second
+    write_attempt(folder, 2, "  0        0 3.0 1.0 2.0 4.0 10 5\n", second)
     (folder / "stops.csv").write_text(
-        "# comment\nattempt,start_step,stop_step,threads,commit,date,note\n1,0,400,1,abc,d1,first\n1,400,1000,2,def,d2,\n"
+        "# comment\nattempt,start_step,stop_step,threads,commit,date,note\n1,0,400,1,abc,d1,first\n"
+        "1,400,1000,2,def,d2,\n2,0,250,2,ghi,d3,fresh machine\n"
     )
     (folder / "references.csv").write_text(
         "# c\nname,score,spread,runs,frames,optimizer,evaluation,sticky_actions,source\nPaper,10,1,3 seeds,40M,o,e,none,s\n"
     )
     report = utils_results.main_job_report(folder)
-    assert report["step"] == 1000 and report["wall_seconds"] == 500.0
-    first, second = report["evaluations"]
-    assert first["training_games"] == 0 and math.isnan(first["training_mean"])  # no game ended before step 0
-    assert (second["step"], second["training_games"], second["training_mean"]) == (500, 5, 3.0)
-    assert [(s["seconds"], s["steps_per_second"]) for s in report["stops"]] == [(200.0, 2.0), (300.0, 2.0)]
-    assert report["training_mean"] == 5.5 and report["references"][0]["score"] == 10.0
+    first, latest = report["attempts"]
+    assert (first["attempt"], first["step"], first["wall_seconds"]) == (1, 1000, 500.0)
+    before, after = first["evaluations"]
+    assert before["training_games"] == 0 and math.isnan(before["training_mean"])  # no game ended before step 0
+    assert (after["step"], after["training_games"], after["training_mean"]) == (500, 5, 3.0)
+    assert [(s["seconds"], s["steps_per_second"]) for s in first["stops"]] == [(200.0, 2.0), (300.0, 2.0)]
+    assert first["training_mean"] == 5.5 and report["references"][0]["score"] == 10.0
+    assert (latest["attempt"], latest["step"], latest["training_mean"]) == (2, 250, 1.0)  # its stop after its games
+    assert [(s["seconds"], s["steps_per_second"]) for s in latest["stops"]] == [(50.0, 5.0)]
     text = utils_results.main_job_markdown(report)
-    assert "| 500 | 8.0 ± 2.0 [4, 12] (10 games) | 3.0 (5 games) |" in text
+    assert text.startswith(
+        "Attempt 1: step 1,000 of 1,000 (0.1 hours of wall time, 138.9 hours per million steps on this machine).\n"
+        "Attempt 2: step 250 of 1,000 (0.0 hours of wall time, 69.4 hours per million steps on this machine).\n"
+    )
+    assert "| 0 | 1.5 ± 0.5 [1, 2] (10 games) | - | 3.0 ± 1.0 [2, 4] (10 games) | - |" in text
+    assert "| 500 | 8.0 ± 2.0 [4, 12] (10 games) | 3.0 (5 games) | - | - |" in text
+    assert "| attempt 2, evaluation at step 0 | 3.0 ± 1.0 (over its 10 games) |" in text
+    assert "| 2 | 0 | 250 | 2 | 0.0 | 5 | ghi | d3 | fresh machine |" in text
     assert "| Paper | 10.0 ± 1.0 | 3 seeds | 40M | o | e | none |" in text
     assert report["agent"] is None and "released agent" not in text
     figure = utils_results.main_job_figure(folder)  # bench.py --main-job --plot FILE
     for panel in figure.axes:
         assert panel.get_xlim() == (0, 1000)  # the run's whole length, so that the curve shows how far it is
         assert [line.get_ydata()[0] for line in panel.lines if line.get_linestyle() == "--"] == [10.0]
-        assert [text.get_text() for text in panel.get_legend().get_texts()] == ["this run", "Paper, 40M frames"]
-    evaluations, training = (panel.lines[0].get_ydata() for panel in figure.axes)
-    assert list(evaluations) == [1.5, 8.0] and training[-1] == 5.5  # the mean of the last 100 games
+        legend = [text.get_text() for text in panel.get_legend().get_texts()]
+        assert legend == ["attempt 1", "attempt 2", "Paper, 40M frames"]
+    evaluations, training = ([line.get_ydata() for line in panel.lines if line.get_label().startswith("attempt")]
+                             for panel in figure.axes)  # fmt: skip
+    assert [list(curve) for curve in evaluations] == [[1.5, 8.0], [3.0]]
+    assert training[0][-1] == 5.5 and training[1][-1] == 1.0  # the mean of the last 100 games
     # Once released, the agent's 30 games as main.py --evaluate printed them (here 3).
     (folder / "agent_evaluation.txt").write_text(
         "Playing ALE/Breakout-v5 with agent.pt (trained 1000 steps): 3 games, epsilon 0.05\n"
@@ -267,7 +291,7 @@ def test_the_main_job_report_takes_its_figures_from_the_files(tmp_path):
     report = utils_results.main_job_report(folder)
     assert report["agent"] == {"step": 1000, "epsilon": 0.05, "scores": [2.0, 4.0, 6.0]}
     assert (
-        "| this run's released agent (step 1,000), Nature's protocol | 4.0 ± 1.6 (over its 3 games) | 1 seed | 0.0M |"
+        "| the released agent (step 1,000), Nature's protocol | 4.0 ± 1.6 (over its 3 games) | 1 seed | 0.0M |"
         " Adam 1e-4, Huber | 3 whole games, epsilon 0.05, up to 30 no-op frames | none |"
     ) in utils_results.main_job_markdown(report)
 
