@@ -1119,9 +1119,10 @@ def main_job_report(folder: Path = MAIN_JOB) -> dict[str, Any]:
     """The main job as its committed files give it: each attempt (``attempt_report``; the last is the one under
     way), the published references (references.csv) and, once released, the agent's evaluation."""
     stops = read_csv_rows(folder / "stops.csv")
-    attempts = []
-    for run in main_job_attempts(folder):
-        attempts.append(attempt_report(run, [row for row in stops if int(row["attempt"]) == attempt_number(run)]))
+    attempts = [
+        attempt_report(run, [row for row in stops if int(row["attempt"]) == attempt_number(run)])
+        for run in main_job_attempts(folder)
+    ]
     references = [
         {**row, "score": float(row["score"]), "spread": float(row["spread"])}
         for row in read_csv_rows(folder / "references.csv")
@@ -1137,13 +1138,10 @@ def main_job_figure(folder: Path = MAIN_JOB) -> Figure:
     runs = main_job_attempts(folder)
     steps = int(read_config(runs[-1])["steps"])
     drawing = Figure(figsize=(12, 4.5), dpi=110, layout="constrained")
-    readers = (
-        lambda run: plot.read_curve(run / REWARDS_FILE),
-        lambda run: plot.read_train_curve(run / EPISODES_FILE, TRAINING_WINDOW),
-    )
+    evaluations = [plot.read_curve(run / REWARDS_FILE) for run in runs]
+    training = [plot.read_train_curve(run / EPISODES_FILE, TRAINING_WINDOW) for run in runs]
     titles = "evaluations (10 games, epsilon 0.05)", "training games"
-    for panel, read, title in zip(drawing.subplots(1, 2), readers, titles, strict=True):
-        curves = [read(run) for run in runs]
+    for panel, curves, title in zip(drawing.subplots(1, 2), (evaluations, training), titles, strict=True):
         for run, curve in zip(runs, curves, strict=True):
             curve.label = f"attempt {attempt_number(run)}"
         plot.draw_on(panel, curves, title=title, window=TRAINING_WINDOW)
