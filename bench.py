@@ -968,6 +968,18 @@ def learning_main(arguments: argparse.Namespace, main_args: list[str]) -> int:
     return 0
 
 
+def main_job_main(folder: Path, figure: Path | None) -> int:
+    """Print the main job's tables from its files and, with a FILE, draw its curves into it."""
+    try:
+        print(main_job_markdown(main_job_report(folder)), flush=True)
+        if figure:
+            plot.save(main_job_figure(folder), figure)
+    except (RunLogError, plot.PlotError, OSError) as error:
+        print(f"bench.py: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
     """bench.py's own flags, and (for --learning) main.py flags given after ``--``."""
     argv = sys.argv[1:] if argv is None else argv
@@ -1078,10 +1090,7 @@ if __name__ == "__main__":
     if arguments.learning:
         sys.exit(learning_main(arguments, main_args))
     if arguments.main_job:
-        print(main_job_markdown(main_job_report(arguments.main_job)))
-        if arguments.plot:
-            plot.save(main_job_figure(arguments.main_job), arguments.plot)
-        sys.exit(0)
+        sys.exit(main_job_main(arguments.main_job, arguments.plot))
     env_id = resolve_env_id(arguments.env)
     if arguments.loop:
         summary = bench_loop(env_id, False, *arguments.loop_steps, arguments.train_every, arguments.threads)

@@ -1039,6 +1039,8 @@ def with_rounds(mean: float, rounds: list[float], decimals: int) -> str:
 # references.csv, stops.csv, and a folder per attempt, attempt-K/Breakout-seed0 (a new attempt starts from step 0
 # where a machine no longer holds the last one's checkpoint).
 MAIN_JOB = ROOT / "results" / "breakout-10m"
+STOPS_COLUMNS = ("attempt", "start_step", "stop_step", "threads", "commit", "date", "note")
+REFERENCES_COLUMNS = ("name", "score", "spread", "runs", "frames", "optimizer", "evaluation", "sticky_actions")
 TRAINING_WINDOW = 100  # the training games whose mean stands beside each evaluation
 # The released agent's evaluation with Nature's protocol, once the run has ended: what
 # `main.py --evaluate AGENT --eval-episodes 30 --eval-epsilon 0.05` printed, kept beside the run.
@@ -1056,10 +1058,18 @@ def read_playback(path: Path) -> dict[str, Any]:
     return {"step": step, "epsilon": epsilon, "scores": scores}
 
 
-def read_csv_rows(path: Path) -> list[dict[str, str]]:
-    """A CSV file's rows, lines starting with # left out."""
-    with open(path, newline="") as source:
-        return list(csv.DictReader(line for line in source if not line.startswith("#")))
+def read_csv_rows(path: Path, columns: tuple[str, ...]) -> list[dict[str, str]]:
+    """A CSV file's rows, lines starting with # left out; a missing file or column is a RunLogError."""
+    try:
+        with open(path, newline="") as source:
+            reader = csv.DictReader(line for line in source if not line.startswith("#"))
+            rows = list(reader)
+    except OSError as error:
+        raise RunLogError(f"cannot read {path}: {error.strerror}") from None
+    missing = [column for column in columns if column not in (reader.fieldnames or [])]
+    if missing:
+        raise RunLogError(f"{path} has no column {', '.join(missing)}")
+    return rows
 
 
 def main_job_attempts(folder: Path = MAIN_JOB) -> list[Path]:
@@ -1118,14 +1128,14 @@ def attempt_report(run: Path, stops: list[dict[str, str]]) -> dict[str, Any]:
 def main_job_report(folder: Path = MAIN_JOB) -> dict[str, Any]:
     """The main job as its committed files give it: each attempt (``attempt_report``; the last is the one under
     way), the published references (references.csv) and, once released, the agent's evaluation."""
-    stops = read_csv_rows(folder / "stops.csv")
+    stops = read_csv_rows(folder / "stops.csv", STOPS_COLUMNS)
     attempts = [
         attempt_report(run, [row for row in stops if int(row["attempt"]) == attempt_number(run)])
         for run in main_job_attempts(folder)
     ]
     references = [
         {**row, "score": float(row["score"]), "spread": float(row["spread"])}
-        for row in read_csv_rows(folder / "references.csv")
+        for row in read_csv_rows(folder / "references.csv", REFERENCES_COLUMNS)
     ]
     agent = read_playback(folder / AGENT_EVALUATION) if (folder / AGENT_EVALUATION).exists() else None
     return {"attempts": attempts, "references": references, "agent": agent}
@@ -1145,7 +1155,7 @@ def main_job_figure(folder: Path = MAIN_JOB) -> Figure:
         for run, curve in zip(runs, curves, strict=True):
             curve.label = f"attempt {attempt_number(run)}"
         plot.draw_on(panel, curves, title=title, window=TRAINING_WINDOW)
-        for index, row in enumerate(read_csv_rows(folder / "references.csv")):
+        for index, row in enumerate(read_csv_rows(folder / "references.csv", REFERENCES_COLUMNS)):
             name = row["name"] if "frames" in row["name"] else f"{row['name']}, {row['frames']} frames"
             color = f"C{len(runs) + index}"  # after the attempts' colours
             panel.axhline(float(row["score"]), color=color, linestyle="--", linewidth=1, label=name)

@@ -296,6 +296,29 @@ def test_the_main_job_report_takes_its_figures_from_the_files(tmp_path):
     ) in utils_results.main_job_markdown(report)
 
 
+def test_the_main_job_report_refuses_an_incomplete_folder_in_one_line(tmp_path, capsys):
+    """bench.py --main-job on a folder without stops.csv, with a column missing, or without an attempt: bench.py's
+    one-line error and exit status 2, not a traceback; once the folder is whole, the tables."""
+    folder = tmp_path / "job"
+    folder.mkdir()
+
+    def refused(message: str) -> bool:
+        status = bench.main_job_main(folder, None)
+        out, err = capsys.readouterr()
+        return (status, out, err) == (2, "", f"bench.py: error: {message}\n")
+
+    assert refused(f"cannot read {folder / 'stops.csv'}: No such file or directory")
+    (folder / "stops.csv").write_text("attempt,start_step,stop_step\n1,0,100\n")
+    assert refused(f"{folder / 'stops.csv'} has no column threads, commit, date, note")
+    (folder / "stops.csv").write_text("attempt,start_step,stop_step,threads,commit,date,note\n1,0,100,1,abc,d1,\n")
+    assert refused(f"{folder} holds no attempt-K/Breakout-seed0 folder")
+    write_attempt(folder, 1, "  0        0 1.5 0.5 1.0 2.0 10 5\n", [(100, 1.0, 50, 0.9, 50.0)])
+    assert refused(f"cannot read {folder / 'references.csv'}: No such file or directory")
+    (folder / "references.csv").write_text((utils_results.MAIN_JOB / "references.csv").read_text())
+    assert bench.main_job_main(folder, None) == 0
+    assert capsys.readouterr().out.startswith("Attempt 1: step 100 of 1,000")
+
+
 def test_the_docs_show_the_games_at_once_figures_as_committed():
     """docs/performance.md's tables of games at once are `bench.py --at-once-report` of the committed figures."""
     text = (ROOT / "docs" / "performance.md").read_text()
