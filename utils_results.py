@@ -1150,12 +1150,13 @@ def main_job_figure(folder: Path = MAIN_JOB) -> Figure:
     drawing = Figure(figsize=(12, 4.5), dpi=110, layout="constrained")
     evaluations = [plot.read_curve(run / REWARDS_FILE) for run in runs]
     training = [plot.read_train_curve(run / EPISODES_FILE, TRAINING_WINDOW) for run in runs]
+    references = read_csv_rows(folder / "references.csv", REFERENCES_COLUMNS)
     titles = "evaluations (10 games, epsilon 0.05)", "training games"
     for panel, curves, title in zip(drawing.subplots(1, 2), (evaluations, training), titles, strict=True):
         for run, curve in zip(runs, curves, strict=True):
             curve.label = f"attempt {attempt_number(run)}"
         plot.draw_on(panel, curves, title=title, window=TRAINING_WINDOW)
-        for index, row in enumerate(read_csv_rows(folder / "references.csv", REFERENCES_COLUMNS)):
+        for index, row in enumerate(references):
             name = row["name"] if "frames" in row["name"] else f"{row['name']}, {row['frames']} frames"
             color = f"C{len(runs) + index}"  # after the attempts' colours
             panel.axhline(float(row["score"]), color=color, linestyle="--", linewidth=1, label=name)
