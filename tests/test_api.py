@@ -246,6 +246,7 @@ def test_the_readme_counts_the_tests_of_this_suite():
     readme = (ROOT / "README.md").read_text()
     assert f"{fast} of its {total} tests, {cuda} of which need a CUDA GPU" in readme
     assert f"The other {total - fast}, marked slow, are `make test-slow`" in readme
+    assert f"runs all {total} in one" in " ".join(readme.split())
 
 
 def test_the_tests_that_share_ray_are_grouped_into_one_worker(request):

@@ -142,11 +142,32 @@ def test_the_docs_show_the_committed_games_at_once_gpu_figures():
         "sps_rounds"
     ]
     readme = " ".join((ROOT / "README.md").read_text().split())
-    one, fastest = envs["sps"]["1 games, 0 workers"], envs["sps"][envs["fastest"]]
     assert envs["fastest"] == "32 games, 8 workers"
+    assert f"32 games over 8 workers gave {envs['sps'][envs['fastest']]:,.0f} (run 6)" in readme
+
+
+def test_the_docs_show_the_committed_h200_games_at_once_figures():
+    """Run 8's games-at-once table in docs/results.md is bench.py --gpu-report of its JSON, each round's figure is
+    the one its log printed as the round ended, and the README's figures, hours with evaluations, are its."""
+    run = ROOT / "results/gpu/h200-run8"
+    check = json.loads((run / "gpu_check.json").read_text())
+    assert check["host"]["gpu"].startswith("NVIDIA H200") and check["host"]["commit"] == "b6258c9"
+    figures = check["bench"]
+    assert utils_results.gpu_tables(figures) in (ROOT / "docs" / "results.md").read_text()
+    envs, evaluation = figures["envs"], figures["evaluation"]
+    logged = [line for line in (run / "gpu_check.log").read_text().splitlines() if line.endswith(" steps/s")]
+    rounds = envs["sps_rounds"]
+    assert logged == [f"{name}: {values[i]:.1f} steps/s" for i in range(5) for name, values in rounds.items()]
+    one, plain = envs["sps"]["1 games, 0 workers"], envs["sps"]["128 games, 15 workers"]
+    assert envs["fastest"] == "128 games, 15 workers, learning while playing"
+    fastest, evaluations = envs["sps"][envs["fastest"]], evaluation["10 workers"]["hours_per_40"]
+    readme = " ".join((ROOT / "README.md").read_text().split())
     assert (
-        f"the loop ran at {one:.0f} steps/s with one game, {envs['sps']['8 games, 0 workers']:.0f} with 8 in one "
-        f"process and **{fastest:,.0f}** with 32 over 8 workers: 10M steps in {envs['hours_per_10m_steps']:.2f} hours"
+        f"the loop ran at {one:.0f} steps/s with one game, {plain:,.0f} with 128 games over 15 workers and "
+        f"**{fastest:,.0f}** with `--learn-while-playing` too: 10M steps in {envs['hours_per_10m_steps']:.2f} hours, "
+        f"and **{envs['hours_per_10m_steps'] + evaluations:.2f} hours** with 40 evaluations of 10 games "
+        f"({evaluation['10 workers']['seconds']:.1f} s each, their machines in 10 workers; "
+        f"{10_000_000 / plain / 3600 + evaluations:.2f} hours without `--learn-while-playing`)"
     ) in readme
 
 
