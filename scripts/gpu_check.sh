@@ -20,9 +20,10 @@
 # minutes, not in the default) our loop at one game and at 128 over 15 workers (with and without
 # --learn-while-playing), five rounds; 'evaluation' (under a minute) a trained agent's evaluation, the file
 # GPU_CHECK_AGENT names (python -c "import dqn; dqn.load_agent('RUN/model_005.pt').save('.whl/agent.pt')");
-# 'cleanrl' (about 8 minutes) CleanRL's loop with and without --torch-deterministic beside ours at one game, five
-# rounds. GPU_CHECK_TESTS=none runs no test; GPU_CHECK_BENCH_SECONDS (480) bounds bench.py, whose rounds reach the
-# log as they come.
+# 'cleanrl' (about two minutes a round on an H200, run 8) CleanRL's loop with and without --torch-deterministic
+# beside ours at one game, five rounds (GPU_CHECK_CLEANRL_ROUNDS=R runs R, as many as a call has time for).
+# GPU_CHECK_TESTS=none runs no test; GPU_CHECK_BENCH_SECONDS (480) bounds bench.py, whose rounds reach the log as
+# they come.
 set -uo pipefail
 OUT=${1:?usage: bash scripts/gpu_check.sh OUT}
 cd "$(dirname "$0")/.."
@@ -59,7 +60,7 @@ tests_seconds=$((SECONDS - start))
 
 start=$SECONDS
 timeout "${GPU_CHECK_BENCH_SECONDS:-480}" "$PYTHON" bench.py --gpu $QUICK ${GPU_CHECK_PARTS:+--gpu-parts $GPU_CHECK_PARTS} --cleanrl "$WHEELS/cleanrl/dqn_atari_ale.py" --cleanrl-path "$WORK/cleanrl" \
-    ${GPU_CHECK_AGENT:+--eval-agent "$GPU_CHECK_AGENT"} --json >"$WORK/bench.json"
+    ${GPU_CHECK_AGENT:+--eval-agent "$GPU_CHECK_AGENT"} ${GPU_CHECK_CLEANRL_ROUNDS:+--cleanrl-rounds "$GPU_CHECK_CLEANRL_ROUNDS"} --json >"$WORK/bench.json"
 bench_status=$?
 bench_seconds=$((SECONDS - start))
 

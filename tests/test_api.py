@@ -5,6 +5,7 @@ import importlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import pytest
 import torch
 from gymnasium.utils.env_checker import check_env
 
-from dqn_atari import dqn, main
+from dqn_atari import dqn, main, utils_config
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = {"learning_starts": 100, "memory_size": 1000, "eval_episodes": 1, "max_episode_frames": 400}
@@ -287,6 +288,21 @@ def test_make_takes_torch_from_the_wheel_index_a_user_names(index, expected):
     assert done.returncode == 0, done.stderr
     torch_line = next(line for line in done.stdout.splitlines() if "torch==2.13.0" in line)
     assert torch_line.rstrip().endswith("torch==2.13.0" + (expected + index if index else ""))
+
+
+def test_the_readmes_training_commands_are_accepted_as_written():
+    """Every `python main.py` line of the README's bash blocks parses, flags and values as written, but for those
+    that name a file or module the reader must make first (--resume, --evaluate, a package of their own)."""
+    blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    lines = [line.split("  #")[0].strip() for block in blocks for line in block.splitlines()]
+    commands = [line for line in lines if line.startswith("python main.py")]
+    checked = [line for line in commands if not re.search(r"--resume|--evaluate|my_package", line)]
+    assert len(checked) >= 10, commands
+    for line in checked:
+        try:
+            utils_config.parse_config(shlex.split(line)[2:])
+        except SystemExit:  # argparse's refusal, its line in the captured stderr
+            pytest.fail(f"the README's {line!r} is refused")
 
 
 def test_the_suites_time_is_the_readmes_and_its_history_holds_it():

@@ -212,7 +212,7 @@ def test_cleanrl_steps_per_second_are_dated_from_its_sps_lines(tmp_path):
 def test_the_cleanrl_part_alternates_both_of_cleanrls_loops_with_ours_and_tables_them(tmp_path, monkeypatch):
     """The GPU check's cleanrl part times CleanRL's loop as it runs by default and with --no-torch-deterministic (a
     stand-in at 250 and 300 steps/s once learning) beside our loop at one game (a stand-in at 600): each round's
-    steps/s, ours over each of theirs, and the table's rows of them."""
+    steps/s, ours over each of theirs, the table's rows of them, and as many rounds as asked."""
     script = tmp_path / "dqn_atari.py"
     script.write_text(
         "import sys\n"
@@ -234,6 +234,8 @@ def test_the_cleanrl_part_alternates_both_of_cleanrls_loops_with_ours_and_tables
     assert "| ours, 1 game | 600 (600) |" in table
     ratio = figures["ours_over"]["CleanRL, --no-torch-deterministic"]
     assert table.endswith(f"| ours over CleanRL, --no-torch-deterministic | {ratio:.2f} ({ratio:.2f}) |")
+    figures = bench.run_gpu_cleanrl(script, None, quick=False, rounds=2)  # --cleanrl-rounds 2
+    assert len(loops) == 3 and all(len(values) == 2 for values in figures["sps_rounds"].values())
 
 
 def test_the_docs_show_the_main_jobs_tables_as_its_committed_files_give_them():
