@@ -824,10 +824,17 @@ def check_envs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     if args.actors:
         parser.error(f"--envs {args.envs} goes without --actors: Ape-X's actors each play one game")
     for name in ("steps", "eval_every"):  # a checkpoint falls between two rounds of games
-        if getattr(args, name) % args.envs:
+        value, flag = getattr(args, name), f"--{name.replace('_', '-')}"
+        if value % args.envs:
+            nearest = [
+                multiple
+                for multiple in (value // args.envs * args.envs, (value // args.envs + 1) * args.envs)
+                if multiple
+            ]
             parser.error(
-                f"--{name.replace('_', '-')} {getattr(args, name):,} is not a multiple of --envs {args.envs}: "
-                "a round plays one step of every game, and checkpoints fall between rounds"
+                f"{flag} {value:,} is not a multiple of --envs {args.envs} (a round plays one step of every game, and "
+                f"checkpoints fall between rounds): give {flag} {' or '.join(f'{m:,}' for m in nearest)}, or an "
+                f"--envs that divides {value:,}"
             )
     depth = env_layout(args.env)[0]
     if args.memory_size // args.envs <= depth + args.n_step:

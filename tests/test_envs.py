@@ -261,6 +261,8 @@ def test_one_game_trains_as_before_and_the_evaluation_scheme_is_recorded(tmp_pat
     [
         (["--envs", "3", "--steps", "1000"], "--steps 1,000 is not a multiple of --envs 3"),
         (["--envs", "4", "--steps", "1000", "--eval-every", "250"], "--eval-every 250 is not a multiple of --envs 4"),
+        (["--envs", "4", "--steps", "1000", "--eval-every", "250"], "give --eval-every 248 or 252, or an --envs that"),
+        (["--envs", "3", "--steps", "2", "--eval-every", "3"], "give --steps 3, or an --envs that divides 2"),
         (["--envs", "2", "--actors", "2"], "--envs 2 goes without --actors"),
         (["--envs", "0"], "--envs must be positive, got 0"),
         (["--eval-envs", "0"], "--eval-envs must be positive, got 0"),
