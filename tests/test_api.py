@@ -290,9 +290,10 @@ def test_make_takes_torch_from_the_wheel_index_a_user_names(index, expected):
     assert torch_line.rstrip().endswith("torch==2.13.0" + (expected + index if index else ""))
 
 
-def test_the_readmes_training_commands_are_accepted_as_written():
+def test_the_readmes_training_commands_are_accepted_as_written(tmp_path):
     """Every `python main.py` line of the README's bash blocks parses, flags and values as written, but for those
-    that name a file or module the reader must make first (--resume, --evaluate, a package of their own)."""
+    that name a file or module the reader must make first (--resume, --evaluate, a package of their own). Each gets
+    an empty --out last, so that a run the reader made with the same command does not refuse it."""
     blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
     lines = [line.split("  #")[0].strip() for block in blocks for line in block.splitlines()]
     commands = [line for line in lines if line.startswith("python main.py")]
@@ -300,7 +301,7 @@ def test_the_readmes_training_commands_are_accepted_as_written():
     assert len(checked) >= 10, commands
     for line in checked:
         try:
-            utils_config.parse_config(shlex.split(line)[2:])
+            utils_config.parse_config([*shlex.split(line)[2:], "--out", str(tmp_path / "run")])
         except SystemExit:  # argparse's refusal, its line in the captured stderr
             pytest.fail(f"the README's {line!r} is refused")
 
