@@ -826,11 +826,8 @@ def check_envs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     for name in ("steps", "eval_every"):  # a checkpoint falls between two rounds of games
         value, flag = getattr(args, name), f"--{name.replace('_', '-')}"
         if value % args.envs:
-            nearest = [
-                multiple
-                for multiple in (value // args.envs * args.envs, (value // args.envs + 1) * args.envs)
-                if multiple
-            ]
+            below = value - value % args.envs
+            nearest = [below, below + args.envs] if below else [args.envs]
             parser.error(
                 f"{flag} {value:,} is not a multiple of --envs {args.envs} (a round plays one step of every game, and "
                 f"checkpoints fall between rounds): give {flag} {' or '.join(f'{m:,}' for m in nearest)}, or an "
