@@ -1166,17 +1166,10 @@ def main_job_figure(folder: Path = MAIN_JOB) -> Figure:
     return drawing
 
 
-def main_job_markdown(report: dict[str, Any]) -> str:
-    """``main_job_report`` as the tables of docs/results.md: where each attempt stands beside each reference, the
-    attempts' evaluations side by side with the training games' mean, and every stop and resume."""
+def main_job_scores_markdown(report: dict[str, Any]) -> str:
+    """The table of where each attempt (its last evaluation, its last training games) and, once released, the
+    agent stand beside each reference: the first of docs/results.md's tables, the one the README shows."""
     lines = [
-        f"Attempt {attempt['attempt']}: step {attempt['step']:,} of {attempt['steps']:,} "
-        f"({attempt['wall_seconds'] / 3600:.1f} hours of wall time, {attempt['hours_per_million_steps']:.1f} hours "
-        "per million steps on this machine)."
-        for attempt in report["attempts"]
-    ]
-    lines += [
-        "",
         "| | score | runs | frames | optimizer | evaluation | sticky actions |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -1208,6 +1201,20 @@ def main_job_markdown(report: dict[str, Any]) -> str:
             f"| {ref['name']} | {ref['score']:.1f} ± {ref['spread']:.1f} | {ref['runs']} | {ref['frames']} | "
             f"{ref['optimizer']} | {ref['evaluation']} | {ref['sticky_actions']} |"
         )
+    return "\n".join(lines)
+
+
+def main_job_markdown(report: dict[str, Any]) -> str:
+    """``main_job_report`` as the tables of docs/results.md: where each attempt stands beside each reference
+    (``main_job_scores_markdown``), the attempts' evaluations side by side with the training games' mean, and every
+    stop and resume."""
+    lines = [
+        f"Attempt {attempt['attempt']}: step {attempt['step']:,} of {attempt['steps']:,} "
+        f"({attempt['wall_seconds'] / 3600:.1f} hours of wall time, {attempt['hours_per_million_steps']:.1f} hours "
+        "per million steps on this machine)."
+        for attempt in report["attempts"]
+    ]
+    lines += ["", main_job_scores_markdown(report)]
     # The evaluations side by side: a row per step, for each attempt its evaluation and the training games' mean.
     by_step = {
         (attempt["attempt"], row["step"]): row for attempt in report["attempts"] for row in attempt["evaluations"]

@@ -239,12 +239,17 @@ def test_the_cleanrl_part_alternates_both_of_cleanrls_loops_with_ours_and_tables
 
 
 def test_the_docs_show_the_main_jobs_tables_as_its_committed_files_give_them():
-    """docs/results.md's tables of the 10M-step Breakout run are `bench.py --main-job`'s, from the committed files."""
+    """docs/results.md's tables of the 10M-step Breakout run are `bench.py --main-job`'s, from the committed files,
+    and the README's table beside the references is their first."""
+    report = utils_results.main_job_report()
     text = (ROOT / "docs" / "results.md").read_text()
     shown = text.split("<!-- bench.py --main-job -->\n", 1)[1].split("\n<!-- end of bench.py --main-job -->", 1)[0]
-    assert shown == utils_results.main_job_markdown(utils_results.main_job_report())
+    assert shown == utils_results.main_job_markdown(report)
     assert "(main_job_curve.png)" in text and (ROOT / "docs" / "main_job_curve.png").exists()  # --plot's figure
-    assert "(docs/main_job_curve.png)" in (ROOT / "README.md").read_text()
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("<!-- bench.py --main-job, its first table -->\n", 1)[1].split("\n<!-- end of", 1)[0]
+    assert table == utils_results.main_job_scores_markdown(report) and table in shown
+    assert "(docs/main_job_curve.png)" in readme
 
 
 def write_attempt(folder, attempt, rewards, games):
