@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
-from dqn_atari import bench, main, utils_results
+from dqn_atari import bench, dqn, main, utils_results
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = [
@@ -250,6 +251,19 @@ def test_the_docs_show_the_main_jobs_tables_as_its_committed_files_give_them():
     table = readme.split("<!-- bench.py --main-job, its first table -->\n", 1)[1].split("\n<!-- end of", 1)[0]
     assert table == utils_results.main_job_scores_markdown(report) and table in shown
     assert "(docs/main_job_curve.png)" in readme
+    assert "(docs/main_job_game.gif)" in readme and (ROOT / "docs" / "main_job_game.gif").exists()  # a released game
+
+
+def test_the_released_breakout_agent_loads_as_plain_weights_and_plays_its_evaluations_first_game():
+    """The main job's released agent is plain tensors (torch.load with weights_only=True), the run's last step, and
+    is the network agent_evaluation.txt played: its first game (its own seed) scores the same again."""
+    released = utils_results.MAIN_JOB / "breakout-agent.pt"
+    checkpoint = torch.load(released, weights_only=True)
+    assert set(checkpoint["agent"]) == {"online"} and checkpoint["run"]["step"] == 10_000_000
+    played = utils_results.read_playback(utils_results.MAIN_JOB / utils_results.AGENT_EVALUATION)
+    assert played["step"] == 10_000_000 and played["epsilon"] == 0.05 and len(played["scores"]) == 30
+    agent = dqn.load_agent(released, device="cpu")
+    assert agent.evaluate(episodes=1, epsilon=0.05) == played["scores"][:1]
 
 
 def write_attempt(folder, attempt, rewards, games):
