@@ -64,6 +64,9 @@ from dqn_atari.utils_results import (
     SCORE_THRESHOLD,
     SCORE_WINDOW,
     at_once_markdown,
+    beside_figure,
+    beside_markdown,
+    beside_report,
     gpu_tables,
     learning_report,
     learning_table,
@@ -981,6 +984,19 @@ def main_job_main(folder: Path, figure: Path | None) -> int:
     return 0
 
 
+def beside_main(runs: list[Path], up_to: int | None, figure: Path | None) -> int:
+    """Print runs' tables side by side up to a step and, with a FILE, draw their curves into it."""
+    try:
+        report = beside_report(runs, up_to)
+        print(beside_markdown(report), flush=True)
+        if figure:
+            plot.save(beside_figure(report, runs), figure)
+    except (RunLogError, CheckpointError, plot.PlotError, OSError) as error:
+        print(f"bench.py: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
     """bench.py's own flags, and (for --learning) main.py flags given after ``--``."""
     argv = sys.argv[1:] if argv is None else argv
@@ -1044,10 +1060,23 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
         "(default folder: %(const)s)",
     )
     parser.add_argument(
+        "--beside",
+        type=Path,
+        nargs="+",
+        metavar="RUN",
+        help="only print these runs' tables side by side up to --up-to (one game's runs of different recipes)",
+    )
+    parser.add_argument(
+        "--up-to",
+        type=int,
+        metavar="STEP",
+        help="with --beside: the step to compare up to (default: the first run's --steps)",
+    )
+    parser.add_argument(
         "--plot",
         type=Path,
         metavar="FILE",
-        help="with --main-job: also draw its curves beside the references into FILE",
+        help="with --main-job: also draw its curves beside the references into FILE; with --beside, the runs' curves",
     )
     parser.add_argument("--loop", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--loop-steps", type=int, nargs=2, default=(1000, 3000), help=argparse.SUPPRESS)
@@ -1081,8 +1110,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
         help="with --runs: one column per setting, each seed's score and their mean, up to --steps (Markdown)",
     )
     arguments = parser.parse_args(own)
-    if arguments.plot and not arguments.main_job:
-        parser.error("--plot goes with --main-job")
+    if arguments.plot and not (arguments.main_job or arguments.beside):
+        parser.error("--plot goes with --main-job or --beside")
+    if arguments.up_to is not None and (not arguments.beside or arguments.up_to <= 0):
+        parser.error("--up-to STEP goes with --beside and is a positive step")
     if arguments.gpu and "evaluation" in arguments.gpu_parts and arguments.eval_agent is None:
         parser.error("--gpu-parts evaluation needs --eval-agent FILE, a trained agent's file")
     if arguments.gpu and "cleanrl" in arguments.gpu_parts and arguments.cleanrl is None:
@@ -1101,6 +1132,8 @@ if __name__ == "__main__":
         sys.exit(learning_main(arguments, main_args))
     if arguments.main_job:
         sys.exit(main_job_main(arguments.main_job, arguments.plot))
+    if arguments.beside:
+        sys.exit(beside_main(arguments.beside, arguments.up_to, arguments.plot))
     env_id = resolve_env_id(arguments.env)
     if arguments.loop:
         summary = bench_loop(env_id, False, *arguments.loop_steps, arguments.train_every, arguments.threads)

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import json
 import math
 import re
 import unicodedata
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -1085,13 +1086,17 @@ def attempt_number(run: Path) -> int:
     return int(run.parent.name.removeprefix("attempt-"))
 
 
-def attempt_report(run: Path, stops: list[dict[str, str]]) -> dict[str, Any]:
-    """One attempt as its files give it: each evaluation (step, the mean, spread and range of its games) beside the
-    mean of the last TRAINING_WINDOW training games before it, its wall time, and its stops (its rows of
-    stops.csv, each with its wall time and steps/s from episodes.csv)."""
+def run_progress(run: Path, stops: Sequence[dict[str, str]] = (), up_to: int | None = None) -> dict[str, Any]:
+    """One run as its files give it, up to step ``up_to`` (all of it by default): each evaluation (step, the mean,
+    spread and range of its games) beside the mean of the last TRAINING_WINDOW training games before it, its wall
+    time, and its stops (rows of the main job's stops.csv, each with its wall time and steps/s from episodes.csv)."""
     games = read_episodes(run / EPISODES_FILE)  # step, score, length, epsilon, seconds
+    if up_to is not None:
+        games = games[games[:, 0] <= up_to]
     evaluations = []
     for _, (step, mean, std, low, high, episodes, _seconds) in read_rewards(run / REWARDS_FILE):
+        if up_to is not None and step > up_to:
+            break
         before = games[games[:, 0] <= step][-TRAINING_WINDOW:, 1]
         training = float(before.mean()) if len(before) else math.nan
         evaluations.append(
@@ -1113,7 +1118,6 @@ def attempt_report(run: Path, stops: list[dict[str, str]]) -> dict[str, Any]:
                           "steps_per_second": (stop - start) / wall if wall > 0 else math.nan})  # fmt: skip
     last_game = int(games[-1, 0]) if len(games) else 0
     return {
-        "attempt": attempt_number(run),
         "steps": int(read_config(run)["steps"]),
         "step": max([last_game] + [stop["stop_step"] for stop in stretches]),  # a stop comes after the last game
         "wall_seconds": seconds,
@@ -1126,13 +1130,14 @@ def attempt_report(run: Path, stops: list[dict[str, str]]) -> dict[str, Any]:
 
 
 def main_job_report(folder: Path = MAIN_JOB) -> dict[str, Any]:
-    """The main job as its committed files give it: each attempt (``attempt_report``; the last is the one under
-    way), the published references (references.csv) and, once released, the agent's evaluation."""
+    """The main job as its committed files give it: each attempt (its number and ``run_progress``; the last is the
+    one under way), the published references (references.csv) and, once released, the agent's evaluation."""
     stops = read_csv_rows(folder / "stops.csv", STOPS_COLUMNS)
     attempts = [
-        attempt_report(run, [row for row in stops if int(row["attempt"]) == attempt_number(run)])
+        {"attempt": attempt_number(run),
+         **run_progress(run, [row for row in stops if int(row["attempt"]) == attempt_number(run)])}
         for run in main_job_attempts(folder)
-    ]
+    ]  # fmt: skip
     references = [
         {**row, "score": float(row["score"]), "spread": float(row["spread"])}
         for row in read_csv_rows(folder / "references.csv", REFERENCES_COLUMNS)
@@ -1147,23 +1152,54 @@ def main_job_figure(folder: Path = MAIN_JOB) -> Figure:
     TRAINING_WINDOW), beside the published scores of references.csv as dashed lines."""
     runs = main_job_attempts(folder)
     steps = int(read_config(runs[-1])["steps"])
-    drawing = Figure(figsize=(12, 4.5), dpi=110, layout="constrained")
-    evaluations = [plot.read_curve(run / REWARDS_FILE) for run in runs]
-    training = [plot.read_train_curve(run / EPISODES_FILE, TRAINING_WINDOW) for run in runs]
     references = read_csv_rows(folder / "references.csv", REFERENCES_COLUMNS)
-    titles = "evaluations (10 games, epsilon 0.05)", "training games"
-    for panel, curves, title in zip(drawing.subplots(1, 2), (evaluations, training), titles, strict=True):
-        for run, curve in zip(runs, curves, strict=True):
-            curve.label = f"attempt {attempt_number(run)}"
-        plot.draw_on(panel, curves, title=title, window=TRAINING_WINDOW)
+    return runs_figure(
+        runs,
+        [f"attempt {attempt_number(run)}" for run in runs],
+        steps,
+        "evaluations (10 games, epsilon 0.05)",
+        f"python main.py: Breakout, seed 0, {steps:,} steps (10M steps are 40M frames)",
+        references,
+    )
+
+
+def runs_figure(
+    runs: list[Path],
+    labels: list[str],
+    steps: int,
+    evaluation_title: str,
+    title: str,
+    references: Sequence[dict[str, str]] = (),
+) -> Figure:
+    """Runs' curves up to step ``steps``, side by side: their evaluations (mean, band from the lowest to the highest
+    game) and training games (each a dot, the line the mean of the last TRAINING_WINDOW), with any published scores
+    (references.csv's rows) as dashed lines."""
+    drawing = Figure(figsize=(12, 4.5), dpi=110, layout="constrained")
+    evaluations = [curve_up_to(plot.read_curve(run / REWARDS_FILE), steps) for run in runs]
+    training = [curve_up_to(plot.read_train_curve(run / EPISODES_FILE, TRAINING_WINDOW), steps) for run in runs]
+    titles = evaluation_title, "training games"
+    for panel, curves, panel_title in zip(drawing.subplots(1, 2), (evaluations, training), titles, strict=True):
+        for label, curve in zip(labels, curves, strict=True):
+            curve.label = label
+        plot.draw_on(panel, curves, title=panel_title, window=TRAINING_WINDOW)
         for index, row in enumerate(references):
             name = row["name"] if "frames" in row["name"] else f"{row['name']}, {row['frames']} frames"
-            color = f"C{len(runs) + index}"  # after the attempts' colours
+            color = f"C{len(runs) + index}"  # after the runs' colours
             panel.axhline(float(row["score"]), color=color, linestyle="--", linewidth=1, label=name)
         panel.set_xlim(0, steps)
         panel.legend(fontsize="small", loc="upper left")
-    drawing.suptitle(f"python main.py: Breakout, seed 0, {steps:,} steps (10M steps are 40M frames)")
+    drawing.suptitle(title)
     return drawing
+
+
+def curve_up_to(curve: plot.Curve, steps: int) -> plot.Curve:
+    """``curve``'s points up to step ``steps``."""
+    kept = curve.steps <= steps
+    return dataclasses.replace(
+        curve,
+        **{name: getattr(curve, name)[kept] for name in ("steps", "scores", "low", "high", "raw")
+           if getattr(curve, name) is not None},
+    )  # fmt: skip
 
 
 def main_job_scores_markdown(report: dict[str, Any]) -> str:
@@ -1214,26 +1250,36 @@ def main_job_markdown(report: dict[str, Any]) -> str:
         "per million steps on this machine)."
         for attempt in report["attempts"]
     ]
-    lines += ["", main_job_scores_markdown(report)]
-    # The evaluations side by side: a row per step, for each attempt its evaluation and the training games' mean.
-    by_step = {
-        (attempt["attempt"], row["step"]): row for attempt in report["attempts"] for row in attempt["evaluations"]
-    }
-    numbers = [attempt["attempt"] for attempt in report["attempts"]]
-    lines += [
-        "",
+    lines += ["", main_job_scores_markdown(report), ""]
+    lines += evaluations_beside([(f"attempt {attempt['attempt']}", attempt) for attempt in report["attempts"]])
+    lines += ["", "| attempt | from step | to step | threads | hours | steps/s | commit | date | note |",
+              "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for stop in (stop for attempt in report["attempts"] for stop in attempt["stops"]):
+        lines.append(
+            f"| {stop['attempt']} | {stop['start_step']:,} | {stop['stop_step']:,} | {stop['threads']} | "
+            f"{stop['seconds'] / 3600:.1f} | {stop['steps_per_second']:.0f} | {stop['commit']} | {stop['date']} | "
+            f"{stop['note']} |"
+        )
+    return "\n".join(lines)
+
+
+def evaluations_beside(runs: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """Runs' evaluations side by side (Markdown): a row per step, for each (label, ``run_progress``) its evaluation
+    and the mean of the training games before it."""
+    by_step = {(label, row["step"]): row for label, run in runs for row in run["evaluations"]}
+    lines = [
         "| step |"
         + "".join(
-            f" attempt {number}: evaluation, mean ± std [min, max] | attempt {number}: mean of the "
-            f"{TRAINING_WINDOW} training games before it |"
-            for number in numbers
+            f" {label}: evaluation, mean ± std [min, max] | {label}: mean of the {TRAINING_WINDOW} training games "
+            "before it |"
+            for label, _ in runs
         ),
-        "|---|" + "---|---|" * len(numbers),
+        "|---|" + "---|---|" * len(runs),
     ]
     for step in sorted({step for _, step in by_step}):
         cells = []
-        for number in numbers:
-            row = by_step.get((number, step))
+        for label, _ in runs:
+            row = by_step.get((label, step))
             if row is None:
                 cells += ["-", "-"]
                 continue
@@ -1244,12 +1290,56 @@ def main_job_markdown(report: dict[str, Any]) -> str:
                 f"{row['training_mean']:.1f} ({row['training_games']} games)" if row["training_games"] else "-"
             )
         lines.append(f"| {step:,} | " + " | ".join(cells) + " |")
-    lines += ["", "| attempt | from step | to step | threads | hours | steps/s | commit | date | note |",
-              "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for stop in (stop for attempt in report["attempts"] for stop in attempt["stops"]):
-        lines.append(
-            f"| {stop['attempt']} | {stop['start_step']:,} | {stop['stop_step']:,} | {stop['threads']} | "
-            f"{stop['seconds'] / 3600:.1f} | {stop['steps_per_second']:.0f} | {stop['commit']} | {stop['date']} | "
-            f"{stop['note']} |"
+    return lines
+
+
+# --- Runs side by side (bench.py --beside): one game's runs of different recipes over the same steps --------------
+
+
+def beside_report(runs: list[Path], up_to: int | None = None) -> dict[str, Any]:
+    """Runs up to step ``up_to`` (by default the first run's --steps): for each, its name (its folder under results/
+    where it is there), its recipe (its preset, or the defaults) and evaluation epsilon, and ``run_progress``."""
+    up_to = up_to or int(read_config(runs[0])["steps"])
+    reports = []
+    for run in runs:
+        config = read_config(run)
+        try:
+            name = str(run.resolve().relative_to(ROOT / "results"))
+        except ValueError:
+            name = str(run)
+        recipe = f"--preset {config['preset']}" if config.get("preset") else "the defaults"
+        progress = run_progress(run, up_to=up_to)
+        progress["step"] = min(up_to, run_progress(run)["step"])  # where its last game before up_to ended is not it
+        reports.append({"name": name, "recipe": recipe, "eval_epsilon": config["eval_epsilon"], **progress})
+    return {"up_to": up_to, "runs": reports}
+
+
+def beside_markdown(report: dict[str, Any]) -> str:
+    """``beside_report`` as Markdown: where each run stands at the step, then their evaluations side by side."""
+    lines = [
+        f"| run | recipe | step reached | last evaluation (step, games, epsilon) | mean of the last {TRAINING_WINDOW} "
+        "training games | hours per million steps |",
+        "|---|---|---|---|---|---|",
+    ]
+    for run in report["runs"]:
+        last = run["evaluations"][-1] if run["evaluations"] else None
+        evaluation = (
+            f"{last['mean']:.1f} ± {last['std']:.1f} (step {last['step']:,}, {last['games']} games, epsilon "
+            f"{run['eval_epsilon']:g})"
+            if last
+            else "-"
         )
-    return "\n".join(lines)
+        lines.append(
+            f"| {run['name']} | {run['recipe']} | {run['step']:,} of {report['up_to']:,} | {evaluation} | "
+            f"{run['training_mean']:.1f} ({run['training_games']} games) | {run['hours_per_million_steps']:.1f} |"
+        )
+    return "\n".join([*lines, "", *evaluations_beside([(run["name"], run) for run in report["runs"]])])
+
+
+def beside_figure(report: dict[str, Any], runs: list[Path]) -> Figure:
+    """``beside_report``'s runs drawn up to its step (``runs_figure``)."""
+    names = [f"{run['name']} ({run['recipe']})" for run in report["runs"]]
+    up_to = report["up_to"]
+    games = ", ".join(dict.fromkeys(game_name(read_config(run)["env"]) for run in runs))
+    title = f"{games}: {len(runs)} runs up to step {up_to:,} ({up_to * 4:,} frames)"
+    return runs_figure(runs, names, up_to, "evaluations (each run's games and epsilon)", title)

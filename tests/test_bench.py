@@ -266,16 +266,21 @@ def test_the_released_breakout_agent_loads_as_plain_weights_and_plays_its_evalua
     assert agent.evaluate(episodes=1, epsilon=0.05) == played["scores"][:1]
 
 
-def write_attempt(folder, attempt, rewards, games):
-    """An attempt's hand-made run folder under the main job's ``folder``: rewards.txt's lines, and episodes.csv of
-    ``games`` (step, score, length, epsilon, seconds)."""
-    run = folder / f"attempt-{attempt}" / "Breakout-seed0"
+def write_attempt(folder, attempt, rewards, games, **config):
+    """An attempt's hand-made run folder under the main job's ``folder``: rewards.txt's lines, episodes.csv of
+    ``games`` (step, score, length, epsilon, seconds), and config.json (1,000 steps and ``config``)."""
+    return write_run(folder / f"attempt-{attempt}" / "Breakout-seed0", rewards, games, steps=1000, **config)
+
+
+def write_run(run, rewards, games, **config):
+    """A hand-made run folder ``run``: its rewards.txt, episodes.csv of ``games`` and config.json of ``config``."""
     run.mkdir(parents=True)
-    (run / "config.json").write_text(json.dumps({"steps": 1000}))
+    (run / "config.json").write_text(json.dumps(config))
     (run / "rewards.txt").write_text(rewards)
     (run / "episodes.csv").write_text(
         "step,score,length,epsilon,seconds\n" + "".join(",".join(map(str, game)) + "\n" for game in games)
     )
+    return run
 
 
 def test_the_main_job_report_takes_its_figures_from_the_files(tmp_path):
@@ -359,6 +364,59 @@ def test_the_main_job_report_refuses_an_incomplete_folder_in_one_line(tmp_path, 
     (folder / "references.csv").write_text((utils_results.MAIN_JOB / "references.csv").read_text())
     assert bench.main_job_main(folder, None) == 0
     assert capsys.readouterr().out.startswith("Attempt 1: step 100 of 1,000")
+
+
+def test_the_docs_show_rainbows_check_beside_the_main_job_as_its_committed_files_give_them():
+    """docs/results.md's table of --preset rainbow beside the main job's first 2M steps is `bench.py --beside` of the
+    committed runs its marker names, and its figure is committed."""
+    text = (ROOT / "docs" / "results.md").read_text()
+    runs, shown = re.search(
+        r"<!-- bench.py --beside (.+?) -->\n(.*?)<!-- end of bench.py --beside -->", text, re.S
+    ).groups()
+    report = utils_results.beside_report([ROOT / run for run in runs.split()])
+    assert shown == utils_results.beside_markdown(report) + "\n" and report["up_to"] == 2_000_000
+    assert "(rainbow_2m_curve.png)" in text and (ROOT / "docs" / "rainbow_2m_curve.png").exists()
+
+
+def test_runs_side_by_side_are_cut_at_the_step_asked(tmp_path, capsys):
+    """bench.py --beside: each run up to --up-to (by default the first run's --steps), its recipe and evaluation
+    epsilon, the step it reached, its last evaluation and training games before the step, its evaluations beside
+    the others'; the figure's curves stop at the step; a missing run is one line."""
+    evaluations = (
+        "  0        0 1.0 0.0 1.0 1.0 10 5\n  1      500 8.0 2.0 4.0 12.0 10 300\n  2     1000 9.0 1.0 8 10 10 9\n"
+    )
+    short = write_run(
+        tmp_path / "rainbow" / "Breakout-seed0", evaluations[: evaluations.index("  2")],
+        [(step, step / 100, 50, 0.0, step * 0.5) for step in range(100, 701, 100)],
+        steps=500, preset="rainbow", eval_epsilon=0.001, env="ALE/Breakout-v5",
+    )  # fmt: skip
+    long = write_run(
+        tmp_path / "defaults" / "Breakout-seed0", evaluations,
+        [(step, 1.0 if step <= 500 else 50.0, 50, 0.1, step * 0.25) for step in range(100, 1001, 100)],
+        steps=1000, eval_epsilon=0.05, env="ALE/Breakout-v5",
+    )  # fmt: skip
+    report = utils_results.beside_report([short, long])
+    assert report["up_to"] == 500 and [run["recipe"] for run in report["runs"]] == ["--preset rainbow", "the defaults"]
+    first, second = report["runs"]
+    assert (first["step"], first["training_games"], first["training_mean"]) == (500, 5, 3.0)  # games by step 500
+    assert (second["step"], second["training_mean"], second["wall_seconds"]) == (500, 1.0, 125.0)
+    assert [row["step"] for row in second["evaluations"]] == [0, 500]  # not its evaluation at step 1000
+    text = utils_results.beside_markdown(report)
+    assert (
+        f"| {short} | --preset rainbow | 500 of 500 | 8.0 ± 2.0 (step 500, 10 games, epsilon 0.001) | 3.0 (5 games) |"
+        in text
+    )
+    assert (
+        "| 500 | 8.0 ± 2.0 [4, 12] (10 games) | 3.0 (5 games) | 8.0 ± 2.0 [4, 12] (10 games) | 1.0 (5 games) |" in text
+    )
+    assert "| 1,000 |" not in text
+    figure = utils_results.beside_figure(report, [short, long])
+    evaluation, training = figure.axes
+    assert [list(line.get_xdata()) for line in evaluation.lines[:2]] == [[0, 500], [0, 500]]
+    assert max(training.lines[2].get_xdata()) == 500 and evaluation.get_xlim() == (0, 500)
+    assert bench.beside_main([long], 1000, None) == 0 and "| 1,000 | 9.0 ± 1.0" in capsys.readouterr().out
+    assert bench.beside_main([tmp_path / "none"], None, None) == 2
+    assert capsys.readouterr() == ("", f"bench.py: error: no run folder {tmp_path / 'none'}\n")
 
 
 def test_the_docs_show_the_games_at_once_figures_as_committed():
