@@ -1309,7 +1309,7 @@ def beside_report(runs: list[Path], up_to: int | None = None) -> dict[str, Any]:
             name = str(run)
         recipe = f"--preset {config['preset']}" if config.get("preset") else "the defaults"
         progress = run_progress(run, up_to=up_to)
-        progress["step"] = min(up_to, run_progress(run)["step"])  # where its last game before up_to ended is not it
+        progress["step"] = min(up_to, run_progress(run)["step"])  # the step it reached, not its last game's before
         reports.append({"name": name, "recipe": recipe, "eval_epsilon": config["eval_epsilon"], **progress})
     return {"up_to": up_to, "runs": reports}
 
@@ -1341,5 +1341,5 @@ def beside_figure(report: dict[str, Any], runs: list[Path]) -> Figure:
     names = [f"{run['name']} ({run['recipe']})" for run in report["runs"]]
     up_to = report["up_to"]
     games = ", ".join(dict.fromkeys(game_name(read_config(run)["env"]) for run in runs))
-    title = f"{games}: {len(runs)} runs up to step {up_to:,} ({up_to * 4:,} frames)"
+    title = f"{games}: {len(runs)} runs up to step {up_to:,}"
     return runs_figure(runs, names, up_to, "evaluations (each run's games and epsilon)", title)
