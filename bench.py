@@ -984,10 +984,11 @@ def main_job_main(folder: Path, figure: Path | None) -> int:
     return 0
 
 
-def beside_main(runs: list[Path], up_to: int | None, figure: Path | None) -> int:
-    """Print runs' tables side by side up to a step and, with a FILE, draw their curves into it."""
+def beside_main(runs: list[Path], up_to: int | None, references: Path | None, figure: Path | None) -> int:
+    """Print runs' tables side by side up to a step (and published scores beside them) and, with a FILE, draw their
+    curves into it."""
     try:
-        report = beside_report(runs, up_to)
+        report = beside_report(runs, up_to, references)
         print(beside_markdown(report), flush=True)
         if figure:
             plot.save(beside_figure(report, runs), figure)
@@ -1073,6 +1074,13 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
         help="with --beside: the step to compare up to (default: the first run's --steps)",
     )
     parser.add_argument(
+        "--references",
+        type=Path,
+        metavar="CSV",
+        help="with --beside: published scores to show beside the runs (the columns of results/breakout-10m/"
+        "references.csv)",
+    )
+    parser.add_argument(
         "--plot",
         type=Path,
         metavar="FILE",
@@ -1114,6 +1122,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
         parser.error("--plot goes with --main-job or --beside")
     if arguments.up_to is not None and (not arguments.beside or arguments.up_to <= 0):
         parser.error("--up-to STEP goes with --beside and is a positive step")
+    if arguments.references and not arguments.beside:
+        parser.error("--references goes with --beside")
     if arguments.gpu and "evaluation" in arguments.gpu_parts and arguments.eval_agent is None:
         parser.error("--gpu-parts evaluation needs --eval-agent FILE, a trained agent's file")
     if arguments.gpu and "cleanrl" in arguments.gpu_parts and arguments.cleanrl is None:
@@ -1133,7 +1143,7 @@ if __name__ == "__main__":
     if arguments.main_job:
         sys.exit(main_job_main(arguments.main_job, arguments.plot))
     if arguments.beside:
-        sys.exit(beside_main(arguments.beside, arguments.up_to, arguments.plot))
+        sys.exit(beside_main(arguments.beside, arguments.up_to, arguments.references, arguments.plot))
     env_id = resolve_env_id(arguments.env)
     if arguments.loop:
         summary = bench_loop(env_id, False, *arguments.loop_steps, arguments.train_every, arguments.threads)

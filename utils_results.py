@@ -1138,10 +1138,7 @@ def main_job_report(folder: Path = MAIN_JOB) -> dict[str, Any]:
          **run_progress(run, [row for row in stops if int(row["attempt"]) == attempt_number(run)])}
         for run in main_job_attempts(folder)
     ]  # fmt: skip
-    references = [
-        {**row, "score": float(row["score"]), "spread": float(row["spread"])}
-        for row in read_csv_rows(folder / "references.csv", REFERENCES_COLUMNS)
-    ]
+    references = read_references(folder / "references.csv")
     agent = read_playback(folder / AGENT_EVALUATION) if (folder / AGENT_EVALUATION).exists() else None
     return {"attempts": attempts, "references": references, "agent": agent}
 
@@ -1152,7 +1149,7 @@ def main_job_figure(folder: Path = MAIN_JOB) -> Figure:
     TRAINING_WINDOW), beside the published scores of references.csv as dashed lines."""
     runs = main_job_attempts(folder)
     steps = int(read_config(runs[-1])["steps"])
-    references = read_csv_rows(folder / "references.csv", REFERENCES_COLUMNS)
+    references = read_references(folder / "references.csv")
     return runs_figure(
         runs,
         [f"attempt {attempt_number(run)}" for run in runs],
@@ -1169,7 +1166,7 @@ def runs_figure(
     steps: int,
     evaluation_title: str,
     title: str,
-    references: Sequence[dict[str, str]] = (),
+    references: Sequence[dict[str, Any]] = (),
 ) -> Figure:
     """Runs' curves up to step ``steps``, side by side: their evaluations (mean, band from the lowest to the highest
     game) and training games (each a dot, the line the mean of the last TRAINING_WINDOW), with any published scores
@@ -1185,7 +1182,7 @@ def runs_figure(
         for index, row in enumerate(references):
             name = row["name"] if "frames" in row["name"] else f"{row['name']}, {row['frames']} frames"
             color = f"C{len(runs) + index}"  # after the runs' colours
-            panel.axhline(float(row["score"]), color=color, linestyle="--", linewidth=1, label=name)
+            panel.axhline(row["score"], color=color, linestyle="--", linewidth=1, label=name)
         panel.set_xlim(0, steps)
         panel.legend(fontsize="small", loc="upper left")
     drawing.suptitle(title)
@@ -1205,10 +1202,7 @@ def curve_up_to(curve: plot.Curve, steps: int) -> plot.Curve:
 def main_job_scores_markdown(report: dict[str, Any]) -> str:
     """The table of where each attempt (its last evaluation, its last training games) and, once released, the
     agent stand beside each reference: the first of docs/results.md's tables, the one the README shows."""
-    lines = [
-        "| | score | runs | frames | optimizer | evaluation | sticky actions |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    lines = list(REFERENCES_HEADER)
     for attempt in report["attempts"]:
         name = f"attempt {attempt['attempt']}"
         if attempt["evaluations"]:
@@ -1232,12 +1226,30 @@ def main_job_scores_markdown(report: dict[str, Any]) -> str:
             f"{scores.std():.1f} (over its {len(scores)} games) | 1 seed | {agent['step'] * 4 / 1e6:.1f}M | Adam 1e-4, "
             f"Huber | {len(scores)} whole games, epsilon {agent['epsilon']:g}, up to 30 no-op frames | none |"
         )
-    for ref in report["references"]:
-        lines.append(
-            f"| {ref['name']} | {ref['score']:.1f} ± {ref['spread']:.1f} | {ref['runs']} | {ref['frames']} | "
-            f"{ref['optimizer']} | {ref['evaluation']} | {ref['sticky_actions']} |"
-        )
-    return "\n".join(lines)
+    return "\n".join(lines + reference_rows(report["references"]))
+
+
+REFERENCES_HEADER = [
+    "| | score | runs | frames | optimizer | evaluation | sticky actions |",
+    "|---|---|---|---|---|---|---|",
+]
+
+
+def read_references(path: Path) -> list[dict[str, Any]]:
+    """A references.csv: published scores, each with how it was made and its source."""
+    return [
+        {**row, "score": float(row["score"]), "spread": float(row["spread"])}
+        for row in read_csv_rows(path, REFERENCES_COLUMNS)
+    ]
+
+
+def reference_rows(references: list[dict[str, Any]]) -> list[str]:
+    """``read_references``' rows under REFERENCES_HEADER."""
+    return [
+        f"| {ref['name']} | {ref['score']:.1f} ± {ref['spread']:.1f} | {ref['runs']} | {ref['frames']} | "
+        f"{ref['optimizer']} | {ref['evaluation']} | {ref['sticky_actions']} |"
+        for ref in references
+    ]
 
 
 def main_job_markdown(report: dict[str, Any]) -> str:
@@ -1296,9 +1308,10 @@ def evaluations_beside(runs: list[tuple[str, dict[str, Any]]]) -> list[str]:
 # --- Runs side by side (bench.py --beside): one game's runs of different recipes over the same steps --------------
 
 
-def beside_report(runs: list[Path], up_to: int | None = None) -> dict[str, Any]:
+def beside_report(runs: list[Path], up_to: int | None = None, references: Path | None = None) -> dict[str, Any]:
     """Runs up to step ``up_to`` (by default the first run's --steps): for each, its name (its folder under results/
-    where it is there), its recipe (its preset, or the defaults) and evaluation epsilon, and ``run_progress``."""
+    where it is there), its recipe (its preset, or the defaults) and evaluation epsilon, and ``run_progress``; and
+    the published scores of a references.csv, if given."""
     up_to = up_to or int(read_config(runs[0])["steps"])
     reports = []
     for run in runs:
@@ -1311,11 +1324,12 @@ def beside_report(runs: list[Path], up_to: int | None = None) -> dict[str, Any]:
         progress = run_progress(run, up_to=up_to)
         progress["step"] = min(up_to, run_progress(run)["step"])  # the step it reached, not its last game's before
         reports.append({"name": name, "recipe": recipe, "eval_epsilon": config["eval_epsilon"], **progress})
-    return {"up_to": up_to, "runs": reports}
+    return {"up_to": up_to, "runs": reports, "references": read_references(references) if references else []}
 
 
 def beside_markdown(report: dict[str, Any]) -> str:
-    """``beside_report`` as Markdown: where each run stands at the step, then their evaluations side by side."""
+    """``beside_report`` as Markdown: where each run stands at the step, the published scores beside them if any,
+    then their evaluations side by side."""
     lines = [
         f"| run | recipe | step reached | last evaluation (step, games, epsilon) | mean of the last {TRAINING_WINDOW} "
         "training games | hours per million steps |",
@@ -1333,6 +1347,8 @@ def beside_markdown(report: dict[str, Any]) -> str:
             f"| {run['name']} | {run['recipe']} | {run['step']:,} of {report['up_to']:,} | {evaluation} | "
             f"{run['training_mean']:.1f} ({run['training_games']} games) | {run['hours_per_million_steps']:.1f} |"
         )
+    if report["references"]:
+        lines += ["", *REFERENCES_HEADER, *reference_rows(report["references"])]
     return "\n".join([*lines, "", *evaluations_beside([(run["name"], run) for run in report["runs"]])])
 
 
@@ -1342,4 +1358,4 @@ def beside_figure(report: dict[str, Any], runs: list[Path]) -> Figure:
     up_to = report["up_to"]
     games = ", ".join(dict.fromkeys(game_name(read_config(run)["env"]) for run in runs))
     title = f"{games}: {len(runs)} runs up to step {up_to:,}"
-    return runs_figure(runs, names, up_to, "evaluations (each run's games and epsilon)", title)
+    return runs_figure(runs, names, up_to, "evaluations (each run's games and epsilon)", title, report["references"])

@@ -367,14 +367,16 @@ def test_the_main_job_report_refuses_an_incomplete_folder_in_one_line(tmp_path, 
 
 
 def test_the_docs_show_rainbows_check_beside_the_main_job_as_its_committed_files_give_them():
-    """docs/results.md's table of --preset rainbow beside the main job's first 2M steps is `bench.py --beside` of the
-    committed runs its marker names, and its figure is committed."""
+    """docs/results.md's table of --preset rainbow beside the main job's first 2M steps and Dopamine's published runs
+    is `bench.py` of the committed files with the flags its marker names, and its figure is committed."""
     text = (ROOT / "docs" / "results.md").read_text()
-    runs, shown = re.search(
-        r"<!-- bench.py --beside (.+?) -->\n(.*?)<!-- end of bench.py --beside -->", text, re.S
+    command, shown = re.search(
+        r"<!-- bench.py (--beside .+?) -->\n(.*?)<!-- end of bench.py --beside -->", text, re.S
     ).groups()
-    report = utils_results.beside_report([ROOT / run for run in runs.split()])
+    arguments, _ = bench.parse_args(command.split())
+    report = utils_results.beside_report([ROOT / run for run in arguments.beside], None, ROOT / arguments.references)
     assert shown == utils_results.beside_markdown(report) + "\n" and report["up_to"] == 2_000_000
+    assert "| Dopamine JAX DQN, at 8M frames | 38.3 ± 2.9 | 5 seeds | 8M |" in shown  # the published scores beside
     assert "(rainbow_2m_curve.png)" in text and (ROOT / "docs" / "rainbow_2m_curve.png").exists()
 
 
@@ -414,9 +416,18 @@ def test_runs_side_by_side_are_cut_at_the_step_asked(tmp_path, capsys):
     evaluation, training = figure.axes
     assert [list(line.get_xdata()) for line in evaluation.lines[:2]] == [[0, 500], [0, 500]]
     assert max(training.lines[2].get_xdata()) == 500 and evaluation.get_xlim() == (0, 500)
-    assert bench.beside_main([long], 1000, None) == 0 and "| 1,000 | 9.0 ± 1.0" in capsys.readouterr().out
-    assert bench.beside_main([tmp_path / "none"], None, None) == 2
+    assert bench.beside_main([long], 1000, None, None) == 0 and "| 1,000 | 9.0 ± 1.0" in capsys.readouterr().out
+    assert bench.beside_main([tmp_path / "none"], None, None, None) == 2
     assert capsys.readouterr() == ("", f"bench.py: error: no run folder {tmp_path / 'none'}\n")
+    for flags, message in (
+        (["--up-to", "500"], "--up-to STEP goes with --beside and is a positive step"),
+        (["--beside", str(long), "--up-to", "0"], "--up-to STEP goes with --beside and is a positive step"),
+        (["--references", "r.csv"], "--references goes with --beside"),
+        (["--plot", "f.png"], "--plot goes with --main-job or --beside"),
+    ):
+        with pytest.raises(SystemExit):
+            bench.parse_args(flags)
+        assert capsys.readouterr().err.endswith(f" error: {message}\n")  # argparse names the program
 
 
 def test_the_docs_show_the_games_at_once_figures_as_committed():
