@@ -1,5 +1,5 @@
 # Two commands on a fresh machine: `make run` trains (pass flags with ARGS="..."; the defaults are the paper's
-# settings over 10M steps, about 15 hours on 2 CPU cores: ARGS="--preset cleanrl-short" is 250k, about 25 minutes), `make test` tests.
+# settings over 10M steps, about 13 hours on 2 CPU cores: ARGS="--preset cleanrl-short" is 250k, about 25 minutes), `make test` tests.
 # tensorboard (--tensorboard), ray (--actors) and minatar (a gymnasium environment) are optional for training but
 # installed here so their tests run.
 PYTHON ?= python3

@@ -1089,8 +1089,10 @@ def attempt_number(run: Path) -> int:
 def run_progress(run: Path, stops: Sequence[dict[str, str]] = (), up_to: int | None = None) -> dict[str, Any]:
     """One run as its files give it, up to step ``up_to`` (all of it by default): each evaluation (step, the mean,
     spread and range of its games) beside the mean of the last TRAINING_WINDOW training games before it, its wall
-    time, and its stops (rows of the main job's stops.csv, each with its wall time and steps/s from episodes.csv)."""
+    time, and its stops (rows of the main job's stops.csv, each with its wall time and steps/s from episodes.csv);
+    ``step`` is the step it reached (at most ``up_to``), not where its last game before ``up_to`` ended."""
     games = read_episodes(run / EPISODES_FILE)  # step, score, length, epsilon, seconds
+    reached = int(games[-1, 0]) if len(games) else 0
     if up_to is not None:
         games = games[games[:, 0] <= up_to]
     evaluations = []
@@ -1117,9 +1119,10 @@ def run_progress(run: Path, stops: Sequence[dict[str, str]] = (), up_to: int | N
         stretches.append({**row, "start_step": start, "stop_step": stop, "seconds": wall,
                           "steps_per_second": (stop - start) / wall if wall > 0 else math.nan})  # fmt: skip
     last_game = int(games[-1, 0]) if len(games) else 0
+    reached = max([reached] + [stop["stop_step"] for stop in stretches])  # a stop comes after the last game
     return {
         "steps": int(read_config(run)["steps"]),
-        "step": max([last_game] + [stop["stop_step"] for stop in stretches]),  # a stop comes after the last game
+        "step": reached if up_to is None else min(reached, up_to),
         "wall_seconds": seconds,
         "hours_per_million_steps": seconds / 3600 / (last_game / 1e6) if last_game else math.nan,
         "training_mean": float(recent.mean()) if len(recent) else math.nan,
@@ -1310,7 +1313,7 @@ def evaluations_beside(runs: list[tuple[str, dict[str, Any]]]) -> list[str]:
 
 def beside_report(runs: list[Path], up_to: int | None = None, references: Path | None = None) -> dict[str, Any]:
     """Runs up to step ``up_to`` (by default the first run's --steps): for each, its name (its folder under results/
-    where it is there), its recipe (its preset, or the defaults) and evaluation epsilon, and ``run_progress``; and
+    where it is there), its recipe (its preset, or the defaults), game and evaluation epsilon, and ``run_progress``; and
     the published scores of a references.csv, if given."""
     up_to = up_to or int(read_config(runs[0])["steps"])
     reports = []
@@ -1321,9 +1324,8 @@ def beside_report(runs: list[Path], up_to: int | None = None, references: Path |
         except ValueError:
             name = str(run)
         recipe = f"--preset {config['preset']}" if config.get("preset") else "the defaults"
-        progress = run_progress(run, up_to=up_to)
-        progress["step"] = min(up_to, run_progress(run)["step"])  # the step it reached, not its last game's before
-        reports.append({"name": name, "recipe": recipe, "eval_epsilon": config["eval_epsilon"], **progress})
+        reports.append({"name": name, "recipe": recipe, "game": game_name(config["env"]),
+                        "eval_epsilon": config["eval_epsilon"], **run_progress(run, up_to=up_to)})  # fmt: skip
     return {"up_to": up_to, "runs": reports, "references": read_references(references) if references else []}
 
 
@@ -1356,6 +1358,6 @@ def beside_figure(report: dict[str, Any], runs: list[Path]) -> Figure:
     """``beside_report``'s runs drawn up to its step (``runs_figure``)."""
     names = [f"{run['name']} ({run['recipe']})" for run in report["runs"]]
     up_to = report["up_to"]
-    games = ", ".join(dict.fromkeys(game_name(read_config(run)["env"]) for run in runs))
+    games = ", ".join(dict.fromkeys(run["game"] for run in report["runs"]))
     title = f"{games}: {len(runs)} runs up to step {up_to:,}"
     return runs_figure(runs, names, up_to, "evaluations (each run's games and epsilon)", title, report["references"])

@@ -266,10 +266,10 @@ def test_the_released_breakout_agent_loads_as_plain_weights_and_plays_its_evalua
     assert agent.evaluate(episodes=1, epsilon=0.05) == played["scores"][:1]
 
 
-def write_attempt(folder, attempt, rewards, games, **config):
+def write_attempt(folder, attempt, rewards, games):
     """An attempt's hand-made run folder under the main job's ``folder``: rewards.txt's lines, episodes.csv of
-    ``games`` (step, score, length, epsilon, seconds), and config.json (1,000 steps and ``config``)."""
-    return write_run(folder / f"attempt-{attempt}" / "Breakout-seed0", rewards, games, steps=1000, **config)
+    ``games`` (step, score, length, epsilon, seconds), and config.json of 1,000 steps."""
+    return write_run(folder / f"attempt-{attempt}" / "Breakout-seed0", rewards, games, steps=1000)
 
 
 def write_run(run, rewards, games, **config):
