@@ -79,6 +79,8 @@ from dqn_atari.utils_heads import value_head
 from dqn_atari.utils_memory import PrioritizedReplayMemory, ReplayMemory
 from dqn_atari.utils_run import (
     EPISODES_FILE,
+    HEALTH_FILE,
+    HEALTH_HEADER,
     INTERRUPTED_CHECKPOINT,
     MEMORY_FILE,
     REWARDS_FILE,
@@ -91,6 +93,7 @@ from dqn_atari.utils_run import (
     check_free_space,
     describe_os_error,
     episode_line,
+    health_line,
     load_memory,
     load_newest_checkpoint,
     prune_checkpoints,
@@ -101,7 +104,7 @@ from dqn_atari.utils_run import (
     save_config,
     save_memory,
     settle_memory,
-    start_episodes,
+    start_log,
 )
 from dqn_atari.utils_types import Batch, EvalResult, FinishedGames, GameResult, Progress, StackRule
 from dqn_atari.utils_workers import GameWorkers, RemoteGame
@@ -514,7 +517,9 @@ class Trainer:
         self.saved_step = self.progress.step
         self.config = {k: v for k, v in vars(args).items() if k != "resume"}
         save_config(out, self.config)
-        start_episodes(out / EPISODES_FILE, self.progress.step)
+        start_log(out / EPISODES_FILE, self.progress.step)
+        if isinstance(self.memory, PrioritizedReplayMemory):
+            start_log(out / HEALTH_FILE, self.progress.step, HEALTH_HEADER)
         self.writer = open_tensorboard(out, self.progress.step) if args.tensorboard else None
         self.bar: tqdm | None = None
 
@@ -708,8 +713,30 @@ class Trainer:
         line = rewards_line(index, progress.step, result, self.wall_seconds())
         self.save(self.out / f"model_{index:03d}.pt", line)  # the checkpoint first: it carries the line
         append_line(self.out / REWARDS_FILE, line)
+        if isinstance(self.memory, PrioritizedReplayMemory):
+            self.log_memory_health()
         if self.args.keep_checkpoints:
             prune_checkpoints(self.out, self.args.keep_checkpoints)
+
+    def log_memory_health(self) -> None:
+        """The prioritized memory checked at an evaluation (memory_health.csv, standard output, TensorBoard), so
+        that a sum tree drifting from its leaves or priorities collapsing show within hours of a long run."""
+        step = self.progress.step
+        beta = linear_schedule(step, self.args.beta0, self.args.beta_end, self.args.steps)  # the next batch's
+        health = self.memory.health(beta)
+        if health is None:  # nothing played yet
+            return
+        append_line(self.out / HEALTH_FILE, health_line(step, health))
+        print(
+            f"Memory health at step {step}: sum tree total {health.total:.6g}, relative error "
+            f"{health.relative_error:.1e} against its leaves summed again; priorities {health.min_priority:.3g} to "
+            f"{health.max_priority:.3g} over {health.sampleable} slots (a new one gets {health.new_priority:.3g}); "
+            f"beta {beta:.3f}; largest importance weight {health.max_weight:.3g}",
+            flush=True,
+        )
+        if self.writer:
+            for name in ("relative_error", "min_priority", "max_priority", "max_weight"):
+                self.writer.add_scalar(f"memory/{name}", getattr(health, name), step)
 
     def restore_memory(self, refill: Callable[[int], None]) -> None:
         """Reload the saved replay memory if it belongs to the checkpoint, else refill it with

@@ -46,7 +46,7 @@ import numba
 import numpy as np
 import torch
 
-from dqn_atari.utils_types import NATURE_STACKS, Batch, StackRule
+from dqn_atari.utils_types import NATURE_STACKS, Batch, MemoryHealth, StackRule
 
 
 class HostBuffer:
@@ -688,6 +688,21 @@ class PrioritizedReplayMemory(ReplayMemory):
         # is kept so the weights before it read as the paper's.
         weights = (self._range_sizes().sum() * self.tree.leaves[slots] / total) ** -beta
         return self._batch(slots, (weights / weights.max()).astype(np.float32))
+
+    def health(self, beta: float) -> MemoryHealth | None:
+        """What shows drift or a collapse of the priorities over a long run: the tree's total against an exact
+        sum of its leaves, the smallest and largest priority of a sampleable slot, and the largest importance
+        weight over the whole memory before ``sample`` divides by a batch's largest, (N * min P(i)) ** -beta.
+        None while no slot is sampleable."""
+        leaves = self.tree.leaves
+        live = leaves[leaves > 0]
+        if not live.size:
+            return None
+        total, exact = self.tree.total, math.fsum(live)  # fsum: correctly rounded, whatever the order
+        smallest, largest = float(live.min()), float(live.max())
+        weight = (float(self._range_sizes().sum()) * smallest / exact) ** -beta
+        error = abs(total - exact) / exact
+        return MemoryHealth(total, exact, error, smallest, largest, self.max_priority, beta, weight, live.size)
 
     def sample_batches(self, count: int, batch_size: int) -> list[Batch]:
         raise TypeError("prioritized batches are drawn one at a time, each by the priorities the last step wrote")

@@ -2,6 +2,7 @@
 
 - ``rewards.txt``: one line per evaluation (index, step, mean, std, min, max, episodes, wall seconds).
 - ``episodes.csv``: one line per finished training game (step, score, length, epsilon, seconds), with a header.
+- ``memory_health.csv`` (prioritized replay): the sum tree checked at each evaluation (``MemoryHealth``).
 - ``model_NNN.pt``: the checkpoint of evaluation NNN, carrying that evaluation's rewards.txt line;
   ``model_interrupted.pt``: the checkpoint of a run stopped with Ctrl-C.
 - ``config.json``: the run's options, as its checkpoints hold them (a small text copy, for reports).
@@ -36,13 +37,15 @@ from typing import Any, TextIO
 import numpy as np
 import torch
 
-from dqn_atari.utils_types import EvalResult, FinishedGames, GameResult, Progress
+from dqn_atari.utils_types import EvalResult, FinishedGames, GameResult, MemoryHealth, Progress
 
 REWARDS_FILE = "rewards.txt"
 EPISODES_FILE = "episodes.csv"
 EPISODES_HEADER = "step,score,length,epsilon,seconds\n"
 # Runs before the seconds column; read as seconds unknown (nan), and rewritten on resume.
 OLD_EPISODES_HEADER = "step,score,length,epsilon\n"
+HEALTH_FILE = "memory_health.csv"  # prioritized runs: the memory's health at each evaluation
+HEALTH_HEADER = ",".join(("step", *MemoryHealth._fields)) + "\n"
 CONFIG_FILE = "config.json"
 MEMORY_FILE = "memory.pt"
 NEW_MEMORY_FILE = re.compile(r"memory_(\d+)\.pt")  # the memory of a checkpoint being written (save_memory)
@@ -50,7 +53,7 @@ NEW_MEMORY_FILE = re.compile(r"memory_(\d+)\.pt")  # the memory of a checkpoint 
 # `eval_old.partial/` in a folder given as --out are theirs (write_atomically's temporary names, with
 # their random part, and those of versions before it, without).
 LEFTOVER_FILE = re.compile(
-    r"\.(model_(\d+|interrupted)|memory(_\d+)?|rewards|episodes|config)(\.[0-9a-f]{8})?\.tmp\.(pt|txt|csv|json)"
+    r"\.(model_(\d+|interrupted)|memory(_\d+)?|rewards|episodes|memory_health|config)(\.[0-9a-f]{8})?\.tmp\.(pt|txt|csv|json)"
 )
 LEFTOVER_FRAMES = re.compile(r"eval_\d{3,}\.partial")
 INTERRUPTED_CHECKPOINT = "model_interrupted.pt"
@@ -58,7 +61,7 @@ LOCK_FILE = ".lock"
 # The names the programs write in a run folder (main.py; sweep.py's main.log) or a sweep folder (its report,
 # its stop file, its run folders): a symbolic link at one would have them write, or read, outside the folder.
 WRITTEN_NAMES = re.compile(
-    r"rewards\.txt|episodes\.csv|config\.json|memory(_\d+)?\.pt|model_(\d+|interrupted)\.pt|main\.log|\.lock"
+    r"rewards\.txt|episodes\.csv|memory_health\.csv|config\.json|memory(_\d+)?\.pt|model_(\d+|interrupted)\.pt|main\.log|\.lock"
     r"|eval_\d{3,}(\.partial)?|tensorboard|\.stop|report\.(md|json)|aggregate\.png|\w+-seed\d+"
 )
 # rewards.txt's two layouts: the classic three columns of older files, and the eight written since.
@@ -170,19 +173,26 @@ def reconcile_with_checkpoint(run: Path, checkpoint: dict[str, Any]) -> list[str
     return reconcile_rewards(run, evaluations, saved_line)
 
 
-def start_episodes(path: Path, step: int) -> None:
-    """Make ``path`` ready for a run at ``step``: create it with its header, or drop the games that
-    ended after ``step`` (played after the checkpoint a run resumes from), so none appears twice."""
+def health_line(step: int, health: MemoryHealth) -> str:
+    """A memory_health.csv line: floats with all their digits, so a drift of one rounding shows."""
+    return ",".join([str(step), *(repr(float(value)) for value in health[:-1]), str(health.sampleable)]) + "\n"
+
+
+def start_log(path: Path, step: int, header: str = EPISODES_HEADER) -> None:
+    """Make the log ``path`` (episodes.csv, or another CSV log of rows that start with a step) ready for a run at
+    ``step``: create it with its header, or drop the rows after ``step`` (written after the checkpoint a run
+    resumes from), so none appears twice."""
     if not path.exists():
-        write_atomically(path, EPISODES_HEADER.encode())
+        write_atomically(path, header.encode())
         return
     text = path.read_text()
-    games = read_episodes(path)
-    kept = text.splitlines()[1 : 1 + int(np.sum(games[:, 0] <= step))]
-    if text.startswith(OLD_EPISODES_HEADER):  # the games before this version: wall time unknown
+    rows = read_log(path, header)
+    kept = text.splitlines()[1 : 1 + int(np.sum(rows[:, 0] <= step))]
+    old = text.startswith(OLD_EPISODES_HEADER) and header == EPISODES_HEADER
+    if old:  # the games before this version: wall time unknown
         kept = [f"{line},nan" for line in kept]
-    if len(kept) < len(games) or not text.startswith(EPISODES_HEADER) or not text.endswith("\n"):
-        write_atomically(path, (EPISODES_HEADER + "".join(line + "\n" for line in kept)).encode())
+    if len(kept) < len(rows) or old or not text.endswith("\n"):
+        write_atomically(path, (header + "".join(line + "\n" for line in kept)).encode())
 
 
 def read_episodes(path: Path) -> np.ndarray:
@@ -190,11 +200,17 @@ def read_episodes(path: Path) -> np.ndarray:
     (nan in a file written before the seconds column)."""
     if not path.is_file():
         raise RunLogError(f"no training-game log {path}")
+    return read_log(path, EPISODES_HEADER)
+
+
+def read_log(path: Path, header: str) -> np.ndarray:
+    """A CSV log of finite numbers under ``header`` as a float array, one row a line; episodes.csv may have
+    the header of before its seconds column, whose rows get seconds nan."""
     lines = path.read_text().splitlines()
-    header = lines[0] + "\n" if lines else ""
-    if header not in (EPISODES_HEADER, OLD_EPISODES_HEADER):
-        raise RunLogError(f"{path}:1: expected the header {EPISODES_HEADER.strip()!r}")
-    columns = header.strip().split(",")
+    found = lines[0] + "\n" if lines else ""
+    if found not in (header, OLD_EPISODES_HEADER if header == EPISODES_HEADER else header):
+        raise RunLogError(f"{path}:1: expected the header {header.strip()!r}")
+    columns, width = found.strip().split(","), header.count(",") + 1
     rows = []
     for number, line in enumerate(lines[1:], start=2):
         try:
@@ -205,8 +221,8 @@ def read_episodes(path: Path) -> np.ndarray:
             raise RunLogError(
                 f"{path}:{number}: expected {len(columns)} finite numbers ({','.join(columns)}), got {line!r}"
             )
-        rows.append(row + [math.nan] * (5 - len(row)))
-    return np.array(rows, dtype=np.float64).reshape(-1, 5)
+        rows.append(row + [math.nan] * (width - len(row)))
+    return np.array(rows, dtype=np.float64).reshape(-1, width)
 
 
 # How config.json holds a float that is not finite (--grad-clip inf): strict JSON has no Infinity or NaN.

@@ -79,6 +79,20 @@ class Progress:
     evaluation_games: dict[str, Any] | None = None  # the games it had finished (FinishedGames), not played again
 
 
+class MemoryHealth(NamedTuple):
+    """``PrioritizedReplayMemory.health``: the figures logged at each evaluation of a prioritized run."""
+
+    total: float  # the sum tree's root
+    exact_total: float  # the leaves summed again, correctly rounded
+    relative_error: float  # |total - exact_total| / exact_total
+    min_priority: float  # over the sampleable slots (non-zero leaves)
+    max_priority: float
+    new_priority: float  # what a new transition gets (max_priority of the memory)
+    beta: float
+    max_weight: float  # the largest importance weight, (N * min P(i)) ** -beta, before any normalisation
+    sampleable: int  # the slots with a non-zero leaf
+
+
 class StackRule(NamedTuple):
     """Where a frame stack starts, and what fills it before its first frame."""
 

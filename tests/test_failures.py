@@ -39,7 +39,7 @@ from dqn_atari.utils_run import (
     save_checkpoint,
     save_config,
     save_memory,
-    start_episodes,
+    start_log,
     write_atomically,
 )
 
@@ -267,11 +267,11 @@ def test_start_episodes_refuses_garbage_and_repairs_a_missing_newline(tmp_path):
     path = tmp_path / "episodes.csv"
     header = "step,score,length,epsilon,seconds\n"
     path.write_text(header + "10,1,5,0.5,1.0\n20,2,6,0.5,2.0")
-    start_episodes(path, 30)
+    start_log(path, 30)
     assert path.read_text() == header + "10,1,5,0.5,1.0\n20,2,6,0.5,2.0\n"
     path.write_text(header + "10,1,5,0.5,1.0\nten,1,5,0.5,2.0\n")
     with pytest.raises(RunLogError, match=f"{path}:3: expected 5 finite numbers"):
-        start_episodes(path, 30)
+        start_log(path, 30)
 
 
 @pytest.mark.slow

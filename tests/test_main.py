@@ -16,7 +16,7 @@ from PIL import Image
 
 from dqn_atari import bench, main, sweep, utils_config
 from dqn_atari.utils_drl import linear_schedule
-from dqn_atari.utils_run import EPISODES_HEADER, load_checkpoint, read_episodes
+from dqn_atari.utils_run import EPISODES_HEADER, HEALTH_FILE, HEALTH_HEADER, load_checkpoint, read_episodes, read_log
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = [
@@ -319,7 +319,9 @@ def test_a_playback_has_its_own_game_count_frames_and_sticky_actions(tmp_path):
     assert args.sticky_actions == 0.25
 
 
-def test_tensorboard_scalars(tmp_path, monkeypatch, capsys):
+def test_tensorboard_scalars_and_the_memory_health_log(tmp_path, monkeypatch, capsys):
+    """TensorBoard's scalars, and a prioritized run's memory checked at each evaluation (memory_health.csv,
+    standard output); a resume from an older checkpoint drops what came after it from both."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     run = tmp_path / "run"
@@ -329,8 +331,15 @@ def test_tensorboard_scalars(tmp_path, monkeypatch, capsys):
     events.Reload()
     tags = set(events.Tags()["scalars"])
     expected = {"eval/score", "train/episode_score", "train/loss", "train/mean_q", "train/epsilon"}
-    assert expected | {"train/steps_per_second", "train/beta"} <= tags
+    assert expected | {"train/steps_per_second", "train/beta", "memory/relative_error", "memory/max_weight"} <= tags
     assert [event.step for event in events.Scalars("eval/score")] == [0, 150, 300, 350]  # the final one too
+    health = read_log(run / HEALTH_FILE, HEALTH_HEADER)  # step 0's memory is empty: no line
+    assert health[:, 0].tolist() == [150, 300, 350] and (health[:, 3] < 1e-12).all()  # relative error
+    np.testing.assert_allclose(health[:, 1], health[:, 2], rtol=1e-12)  # the root against its leaves
+    assert health[:, 7].tolist() == pytest.approx([0.4 + 0.6 * step / 350 for step in (150, 300, 350)])  # beta
+    assert (health[:, 4] <= health[:, 5]).all() and (health[:, 8] >= 1).all()  # priorities' range, weight
+    out = capsys.readouterr().out
+    assert out.count("Memory health at step ") == 3 and "Memory health at step 350: sum tree total " in out
 
     # Resumed from an older checkpoint: the dropped segment's events are not shown again.
     (run / "model_003.pt").unlink()
@@ -339,6 +348,11 @@ def test_tensorboard_scalars(tmp_path, monkeypatch, capsys):
     events = EventAccumulator(str(run / "tensorboard"))
     events.Reload()
     assert [event.step for event in events.Scalars("eval/score")] == [0, 150, 300, 400]
+    assert read_log(run / HEALTH_FILE, HEALTH_HEADER)[:, [0, 7]].tolist() == [
+        [150, health[0, 7]],
+        [300, 0.85],
+        [400, 1],
+    ]
 
     real_find_spec = utils_config.importlib.util.find_spec
     monkeypatch.setattr(

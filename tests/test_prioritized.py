@@ -242,6 +242,30 @@ def test_importance_weights_match_hand_computation(steps: int) -> None:
     assert batch.weights.dtype == torch.float32
 
 
+def test_health_checks_the_tree_against_its_leaves_and_gives_the_largest_weight_by_hand() -> None:
+    memory = PrioritizedReplayMemory(10, frame_shape=FRAME_SHAPE, alpha=0.5, priority_eps=0.01)
+    assert memory.health(0.4) is None  # nothing sampleable yet: nothing to report
+    for step in range(12):  # wrapped: N = capacity - depth = 6 slots
+        memory.push(np.zeros(FRAME_SHAPE, np.uint8), 0, 0.0, step == 4, step == 0)
+    slots = np.flatnonzero(memory.sampleable(np.arange(10)))
+    td_errors = np.array([0.5, -1.0, 2.0, 3.0, -0.1, 4.0])
+    memory.update_priorities(slots, td_errors)
+    priorities = (np.abs(td_errors) + 0.01) ** 0.5
+    health = memory.health(0.7)
+    exact = math.fsum(priorities)
+    assert health.total == memory.tree.nodes[1] and health.exact_total == exact
+    assert health.relative_error == abs(memory.tree.nodes[1] - exact) / exact < 1e-15
+    assert (health.min_priority, health.max_priority) == (priorities.min(), priorities.max())
+    assert health.max_weight == pytest.approx((6 * priorities.min() / exact) ** -0.7, rel=1e-12)  # (N P_min)^-beta
+    assert (health.new_priority, health.beta, health.sampleable) == (memory.max_priority, 0.7, 6)
+
+    # A leaf written without its sums (the drift the log is there to catch) shows as the relative error.
+    memory.tree.leaves[slots[0]] += 1e-6
+    drifted = memory.health(0.7)
+    assert drifted.total == health.total
+    assert drifted.relative_error == pytest.approx(1e-6 / (exact + 1e-6), rel=1e-6)
+
+
 def test_update_priorities_sets_leaves_and_never_revives_a_slot() -> None:
     memory, source = prioritized(40, 95, alpha=0.6, priority_eps=1e-6)
     td_errors = np.linspace(-3.0, 3.0, 40)

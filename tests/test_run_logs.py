@@ -16,7 +16,7 @@ from dqn_atari.utils_run import (
     episode_line,
     read_episodes,
     save_checkpoint,
-    start_episodes,
+    start_log,
 )
 from dqn_atari.utils_types import GameResult, StepResult
 
@@ -75,17 +75,17 @@ def test_episode_lines_and_reading_them(tmp_path):
 
 def test_start_episodes_creates_the_header_and_drops_games_after_the_checkpoint(tmp_path):
     path = tmp_path / "episodes.csv"
-    start_episodes(path, 0)
+    start_log(path, 0)
     assert path.read_text() == EPISODES_HEADER
     write_episodes(path, [10, 30, 50, 70])
-    start_episodes(path, 50)  # games ending at or before the checkpoint's step stay
+    start_log(path, 50)  # games ending at or before the checkpoint's step stay
     assert read_episodes(path)[:, 0].tolist() == [10, 30, 50]
     before = path.stat().st_mtime_ns
-    start_episodes(path, 50)
+    start_log(path, 50)
     assert path.stat().st_mtime_ns == before  # nothing to drop: not rewritten
     assert not list(tmp_path.glob(".*tmp*"))
     path.write_text(OLD_EPISODES_HEADER + "10,1,5,0.5\n30,3,15,0.5\n")  # resuming a run of an older version
-    start_episodes(path, 10)
+    start_log(path, 10)
     assert path.read_text() == EPISODES_HEADER + "10,1,5,0.5,nan\n"
 
 
