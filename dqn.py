@@ -16,8 +16,6 @@ gymnasium.make("dqn/Atari-v0", game="Pong")          # the Atari environment alo
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -25,7 +23,15 @@ import gymnasium
 import numpy as np
 
 from dqn_atari import main
-from dqn_atari.utils_config import EVAL_ENVS, build_parser, device_problem, parse_config, pick_device, saved_options
+from dqn_atari.utils_config import (
+    EVAL_ENVS,
+    build_parser,
+    device_problem,
+    parse_config,
+    pick_device,
+    refusals_as_value_errors,
+    saved_playback_options,
+)
 from dqn_atari.utils_drl import Agent
 from dqn_atari.utils_env import (
     FRAME_SIZE,
@@ -52,11 +58,11 @@ class TrainedAgent:
     names code (``module:Class``, an environment object's spec) is made only with ``trust_env=True``."""
 
     def __init__(self, checkpoint: dict[str, Any], device: str = "auto", trust_env: bool = False) -> None:
-        # Options newer than the run: defaults; the network's (PER_START_OPTIONS) never come from a file.
-        self.config = argparse.Namespace(**saved_options(checkpoint["config"]))
-        untrusted = saved_env_refusal(str(self.config.env))
+        untrusted = saved_env_refusal(str(checkpoint["config"].get("env", "")))
         if untrusted and trust_env is not True:
             raise ValueError(f"{untrusted}: pass trust_env=True if you trust where the checkpoint came from")
+        # Checked as --evaluate checks it; options newer than the run: defaults.
+        self.config = saved_playback_options(checkpoint["config"], trusted_env=trust_env is True)
         self.step: int = checkpoint["run"]["step"]
         self._saved_config = checkpoint["config"]  # as the run wrote it, for save
         game = main.make_env(self.config, 0)
@@ -68,7 +74,7 @@ class TrainedAgent:
         if problem:
             raise ValueError(f"device {device!r}: {problem}")
         self._agent = Agent(self.n_actions, pick_device(device), seed=0, **main.agent_options(self.config, game))
-        self._agent.online.load_state_dict(checkpoint["agent"]["online"])
+        self._agent.load_online(checkpoint["agent"].get("online"))
         self._rng = np.random.default_rng(0)
 
     def act(self, observation: np.ndarray, epsilon: float = 0.0) -> int:
@@ -184,12 +190,8 @@ def train(**options: Any) -> TrainedRun:
             argv.append("--no-" + name.replace("_", "-"))  # fire_reset=False: --no-fire-reset
         elif value is not False and value is not None:  # a plain switch's False is its default: no flag
             argv += [flag, str(value)]
-    refusal = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(refusal):
-            args, checkpoint = parse_config(argv)
-    except SystemExit:
-        raise ValueError(refusal.getvalue().strip().split(": error: ", 1)[-1]) from None
+    with refusals_as_value_errors():
+        args, checkpoint = parse_config(argv)
     summary = main.train(args, checkpoint)
     if summary.exit_code != 0:
         raise RuntimeError(f"training stopped with exit status {summary.exit_code}; its reason was printed above")

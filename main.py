@@ -239,7 +239,11 @@ def play_checkpoint(args: argparse.Namespace, checkpoint: dict[str, Any]) -> int
     use_threads(args.threads)
     env = make_env(args, args.seed)
     agent = Agent(env.n_actions, pick_device(args.device), seed=args.seed, **agent_options(args, env))
-    agent.online.load_state_dict(checkpoint["agent"]["online"])
+    try:
+        agent.load_online(checkpoint["agent"].get("online"))
+    except ValueError as error:
+        print(f"{program('main.py')}: error: cannot evaluate {args.evaluate}: {error}", file=sys.stderr, flush=True)
+        return 2
     print(
         f"Playing {env_label(args.env)} with {args.evaluate} (trained {checkpoint['run']['step']} steps): "
         f"{args.eval_episodes} games, epsilon {args.eval_epsilon}",

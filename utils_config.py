@@ -12,9 +12,11 @@ import contextlib
 import ctypes
 import ctypes.util
 import importlib.util
+import io
 import math
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -649,15 +651,41 @@ def playback_config(
             checkpoint = load_checkpoint(source)
     except CheckpointError as error:
         parser.exit(2, f"{parser.prog}: error: cannot evaluate: {error}\n")
-    given = explicit_options(parser, argv)
-    args = merge_saved(parser, checkpoint["config"], given, PLAYBACK_OPTIONS, "does not apply to --evaluate")
+    args = playback_options(parser, checkpoint["config"], explicit_options(parser, argv))
+    args.evaluate = str(source)  # the checkpoint played, named in what it prints and its frames' folder
+    return args, checkpoint
+
+
+def playback_options(
+    parser: argparse.ArgumentParser, saved: dict[str, Any], given: dict[str, Any]
+) -> argparse.Namespace:
+    """A checkpoint's saved configuration under the playback options ``given``, checked as a new run's flags are
+    (a crafted ``noop_max`` of 1e9 would play no-ops for minutes): ``--evaluate``'s and ``dqn.load_agent``'s."""
+    args = merge_saved(parser, saved, given, PLAYBACK_OPTIONS, "does not apply to --evaluate")
     for name in PLAYBACK_DEFAULTS:
         if name not in given:
             setattr(args, name, parser.get_default(name))
     args.out = given.get("out")
-    args.evaluate = str(source)  # the checkpoint played, named in what it prints and its frames' folder
     check_values(parser, args)
-    return args, checkpoint
+    return args
+
+
+def saved_playback_options(saved: dict[str, Any], trusted_env: bool) -> argparse.Namespace:
+    """``playback_options`` for the Python API: ValueError with main.py's one line. ``trusted_env``: the saved
+    environment may name code to import (as giving ``--env`` again does on the command line)."""
+    with refusals_as_value_errors():
+        return playback_options(build_parser(), saved, {"env": saved.get("env")} if trusted_env else {})
+
+
+@contextlib.contextmanager
+def refusals_as_value_errors() -> Iterator[None]:
+    """The parser's one-line refusals (``main.py: error: ...``, SystemExit) raised as ValueError(the line)."""
+    refusal = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(refusal):
+            yield
+    except SystemExit:
+        raise ValueError(refusal.getvalue().strip().split(": error: ", 1)[-1]) from None
 
 
 def merge_saved(

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from dqn_atari.utils_heads import ScalarHead, ValueHead
-from dqn_atari.utils_model import QNetwork
+from dqn_atari.utils_model import QNetwork, weights_misfit
 from dqn_atari.utils_types import Batch, LearnResult
 
 
@@ -250,9 +250,20 @@ class Agent:
             state["noise_rng"] = self.noise_rng.get_state()
         return state
 
+    def load_online(self, weights: object) -> None:
+        """A checkpoint's online network, for playing: ValueError in one line where it is not this network's."""
+        problem = weights_misfit(self.online, weights)
+        if problem:
+            raise ValueError(f"the checkpoint's network does not fit its settings: {problem}")
+        self.online.load_state_dict(weights)
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         # Adam's state becomes new tensors: the next steps capture new graphs.
         self.graphed, self.graphed_acting = None, {}
+        for name in ("online", "target"):  # one line naming a few keys, not a traceback listing them all
+            problem = weights_misfit(getattr(self, name), state.get(name))
+            if problem:
+                raise ValueError(f"the {name} network: {problem}")
         self.online.load_state_dict(state["online"])
         self.target.load_state_dict(state["target"])
         # A copy: torch's optimizer keeps the given tensors, and the state of a live agent would

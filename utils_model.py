@@ -78,6 +78,37 @@ def network_size(
     return sum(p.numel() for p in model.parameters()), math.prod(input_shape) + sum(outputs)
 
 
+def weights_misfit(network: nn.Module, weights: object, shown: int = 3) -> str | None:
+    """How ``weights`` (a checkpoint's) fail to be ``network``'s state dict, in one line naming at most ``shown``
+    names of each kind of misfit (a crafted file may hold 100,000 of them); None where they fit."""
+    if weights is None:
+        return "it holds no network"
+    if not isinstance(weights, dict):
+        return f"the network's weights are a {type(weights).__name__}, not a dict of tensors"
+    expected = network.state_dict()
+
+    def listed(names: list[str]) -> str:
+        more = f" and {len(names) - shown:,} more" if len(names) > shown else ""
+        return ", ".join(name if len(name) <= 60 else name[:57] + "..." for name in names[:shown]) + more
+
+    problems = []
+    missing = [name for name in expected if name not in weights]
+    if missing:
+        problems.append(f"missing {listed(missing)}")
+    extra = [repr(name) for name in weights if name not in expected]
+    if extra:
+        problems.append(f"unexpected {listed(extra)}")
+    wrong = [
+        f"{name} is {tuple(weights[name].shape) if isinstance(weights[name], torch.Tensor) else 'not a tensor'}, "
+        f"not {tuple(tensor.shape)}"
+        for name, tensor in expected.items()
+        if name in weights and not (isinstance(weights[name], torch.Tensor) and weights[name].shape == tensor.shape)
+    ]
+    if wrong:
+        problems.append(listed(wrong))
+    return "; ".join(problems) or None
+
+
 class QNetwork(nn.Module):
     """The convolutions of the variant ``network`` names (a key of ``NETWORKS``; Nature's: conv
     32x8x8/4, 64x4x4/2, 64x3x3/1, fc 512), ``units`` outputs per action, (B, actions, units): one for a

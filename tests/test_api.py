@@ -231,25 +231,6 @@ def test_an_installed_copy_shadows_nothing_and_reports_outside_the_checkout(tmp_
     assert "DrQ" in (sweep / "report.md").read_text() and (sweep / "aggregate.png").stat().st_size > 0
 
 
-def test_the_readme_counts_the_tests_of_this_suite():
-    """The README's counts of tests (all, those `make test` leaves to `make test-slow`, those that need a GPU) are
-    the suite's own: one collection."""
-    count = (
-        "import pytest\n"
-        "class Count:\n"
-        "    def pytest_collection_finish(self, session):\n"
-        "        fast = [item for item in session.items if item.get_closest_marker('slow') is None]\n"
-        "        print('COUNTS', len(session.items), len(fast), sum(item.get_closest_marker('cuda') is not None for item in fast))\n"
-        "pytest.main(['--collect-only', '-q', '-p', 'no:cacheprovider'], plugins=[Count()])\n"
-    )
-    collected = subprocess.run([sys.executable, "-c", count], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    total, fast, cuda = map(int, re.search(r"COUNTS (\d+) (\d+) (\d+)", collected.stdout).groups())
-    readme = (ROOT / "README.md").read_text()
-    assert f"{fast} of its {total} tests, {cuda} of which need a CUDA GPU" in readme
-    assert f"The other {total - fast}, marked slow, are `make test-slow`" in readme
-    assert f"runs all {total} in one" in " ".join(readme.split())
-
-
 def test_the_tests_that_share_ray_are_grouped_into_one_worker(request):
     """Under `make test`'s --dist loadgroup, every test that uses the shared local Ray carries the group in its id, so
     pytest-xdist sends them all to one worker and one Ray starts (conftest.py). Under pytest 9, pytest-xdist 3.8 groups

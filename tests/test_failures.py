@@ -1187,3 +1187,75 @@ def test_a_saved_value_that_no_flag_gives_is_refused_in_one_line(small_run, tmp_
     assert error_line(capsys, ["--resume", str(run), "--steps", "300"]).endswith(refusal)
     assert error_line(capsys, ["--evaluate", str(run)]).endswith(refusal)
     assert files_of(run) == before
+
+
+def crafted_checkpoint(small_run: Path, path: Path, online: object = ..., **config: object) -> Path:
+    """small_run's last checkpoint with its network or settings replaced, as someone handing over a file might."""
+    checkpoint = utils_run.load_checkpoint(small_run / "model_002.pt")
+    if online is not ...:
+        checkpoint["agent"]["online"] = online
+    checkpoint["config"].update(config)
+    utils_run.save_checkpoint(path, {k: v for k, v in checkpoint.items() if k != "format"})
+    return path
+
+
+def refusals_of_a_crafted_file(path: Path, capsys) -> tuple[str, str]:
+    """What main.py --evaluate (exit 2, one line) and dqn.load_agent (ValueError) say of ``path``."""
+    from dqn_atari import dqn
+
+    capsys.readouterr()
+    try:
+        status = main.main(["--evaluate", str(path), "--eval-episodes", "1"])
+    except SystemExit as refused:  # the flags' checks end in the parser
+        status = refused.code
+    assert status == 2
+    line = capsys.readouterr().err.strip()
+    assert len(line.splitlines()) == 1 and len(line) < 400, line
+    with pytest.raises(ValueError) as refused:
+        dqn.load_agent(path)
+    return line, str(refused.value)
+
+
+def test_a_checkpoints_network_that_is_not_its_settings_is_refused_in_one_line(small_run, tmp_path, capsys):
+    """--evaluate and dqn.load_agent of a checkpoint whose network has a wrong shape, keys missing or extra (100,000
+    of them made a 1 MB traceback), or no network at all: one line naming at most three keys, no traceback."""
+    weights = utils_run.load_checkpoint(small_run / "model_002.pt")["agent"]["online"]
+    head = next(name for name in reversed(weights) if name.endswith("weight"))
+    many = {**weights, **{f"extra{number}": torch.zeros(1) for number in range(100_000)}}
+    cases = {
+        "shape": ({**weights, head: torch.zeros(3, 7)}, f"{head} is (3, 7), not {tuple(weights[head].shape)}"),
+        "missing": ({k: v for k, v in weights.items() if k != head}, f"missing {head}"),
+        "extra": (many, "unexpected 'extra0', 'extra1', 'extra2' and 99,997 more"),
+        "none": (None, "it holds no network"),
+        "list": ([1, 2], "the network's weights are a list, not a dict of tensors"),
+        "not a tensor": ({**weights, head: 3}, f"{head} is not a tensor"),
+    }
+    for name, (online, reason) in cases.items():
+        path = crafted_checkpoint(small_run, tmp_path / f"{name.replace(' ', '-')}.pt", online)
+        line, error = refusals_of_a_crafted_file(path, capsys)
+        assert line == f"main.py: error: cannot evaluate {path}: the checkpoint's network does not fit its settings: " + (
+            error.split(": ", 2)[-1]
+        )
+        assert reason in error and error.startswith("the checkpoint's network does not fit its settings: "), error
+    # A resume says it in the same few words.
+    run = copy_run(small_run, tmp_path / "resumed")
+    crafted_checkpoint(small_run, run / "model_002.pt", many)
+    assert main.main(["--resume", str(run), "--steps", "360"]) == 1
+    assert "the online network: unexpected 'extra0', 'extra1', 'extra2' and 99,997 more" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "saved, reason",
+    [
+        ({"noop_max": 10**9}, "--noop-max 1000000000 (frames) can take up to"),  # played no-ops for minutes
+        ({"network": "evil"}, "the saved run's --network is 'evil', not a value of --network"),  # a KeyError
+        ({"max_episode_frames": 10**12}, "--max-episode-frames must be a multiple of 4"),  # ale-py's TypeError
+        ({"eval_epsilon": 7.0}, "--eval-epsilon must be within [0, 1], got 7.0"),  # loaded silently
+        ({"v_min": 5.0, "v_max": -5.0}, "--v-min 5.0 must be below --v-max -5.0"),  # loaded silently
+    ],
+    ids=["noop-max", "network", "max-episode-frames", "eval-epsilon", "v-range"],
+)
+def test_load_agent_checks_the_saved_settings_as_evaluate_does(small_run, tmp_path, capsys, saved, reason):
+    path = crafted_checkpoint(small_run, tmp_path / "crafted.pt", **saved)
+    line, error = refusals_of_a_crafted_file(path, capsys)
+    assert reason in error and line == f"main.py: error: {error}"
