@@ -216,7 +216,11 @@ class TrainSummary(NamedTuple):
 
 
 class TrainingDiverged(Exception):
-    """The loss or the weights stopped being finite; no checkpoint of them is written."""
+    """The loss, the weights or the values stopped being finite; no checkpoint of them is written."""
+
+    def __init__(self, message: str, advice: str = "Try a lower --lr, or a finite --grad-clip") -> None:
+        super().__init__(message)
+        self.advice = advice
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -292,7 +296,7 @@ def train(args: argparse.Namespace, checkpoint: dict[str, Any] | None) -> TrainS
         print(f"Quit without saving; {last_checkpoint(out)}", file=sys.stderr, flush=True)
         return TrainSummary(130, 0, math.nan)
     except TrainingDiverged as error:
-        message = f"{error}; {last_checkpoint(out)}. Try a lower --lr, or a finite --grad-clip"
+        message = f"{error}; {last_checkpoint(out)}. {error.advice}"
     except torch.OutOfMemoryError as error:  # the GPU's memory, taken by something else meanwhile
         reason = str(error).split(".")[0]
         message = f"the device ran out of memory ({reason}); {last_checkpoint(out)}. Try --memory-device host"
@@ -646,8 +650,15 @@ class Trainer:
     def save(self, path: Path, line: str | None) -> None:
         args, progress = self.args, self.progress
         self.read_averages()  # a diverged loss is never saved
-        if not self.agent.weights_finite():
-            raise TrainingDiverged(f"training diverged: the weights are no longer finite at step {progress.step}")
+        if not self.agent.values_finite():
+            if progress.step == 0:  # nothing learnt yet: the settings make the values overflow
+                raise TrainingDiverged(
+                    "the untrained network's values are not finite",
+                    "Its settings overflow float32: try a smaller --noisy-sigma0 or a narrower --v-min/--v-max",
+                )
+            raise TrainingDiverged(
+                f"training diverged: the weights or values are no longer finite at step {progress.step}"
+            )
         if args.save_memory:  # under its own name until the checkpoint is written: see settle_memory
             save_memory(self.out, self.memory.state_dict(), progress.step, learning_config(vars(args)))
         progress.wall_seconds = self.wall_seconds()

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import numba
+import numpy as np
 import torch
 
 from dqn_atari.utils_drl import AUGMENTATIONS
@@ -54,6 +55,7 @@ RESUMABLE_OPTIONS = {
 # user gives them on each start. A saved run's value is never read back, so a checkpoint someone else made cannot
 # choose the host this machine connects to (--resume, --evaluate and dqn.load_agent drop it).
 PER_START_OPTIONS = {"ray_address"}
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # the networks compute in float32
 # Options that --evaluate takes from the user; the others come from the checkpoint. Of these, a
 # playback's own (not the run's) unless given: the number of games, whether to save frames, and the processes
 # that step them (this machine's, not the training machine's).
@@ -760,10 +762,19 @@ def check_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         parser.error(f"--atoms must be 2 or more, got {args.atoms}")
     if not -math.inf < args.v_min < args.v_max < math.inf:
         parser.error(f"--v-min {args.v_min} must be below --v-max {args.v_max}, both finite")
+    # The support is float32: its ends, their difference and each of its --atoms values must be float32 numbers.
+    with np.errstate(over="ignore"):  # a float64 beyond float32 becomes inf, refused below
+        low, high = np.float32(args.v_min), np.float32(args.v_max)
+        spacing = (high - low) / np.float32(args.atoms - 1)
+    if not (np.isfinite(spacing) and spacing > np.spacing(max(abs(low), abs(high)))):
+        parser.error(
+            f"--v-min {args.v_min} and --v-max {args.v_max} must make {args.atoms} distinct float32 atoms (--atoms), "
+            f"the range below {FLOAT32_MAX:.2g}: choose a narrower or a wider range"
+        )
     if args.distributional and args.loss != "huber":
         parser.error(f"--loss {args.loss} is the scalar head's: --distributional learns by its cross-entropy")
-    if not 0.0 < args.noisy_sigma0 < math.inf:
-        parser.error(f"--noisy-sigma0 must be positive and finite, got {args.noisy_sigma0}")
+    if not 0.0 < args.noisy_sigma0 < FLOAT32_MAX:
+        parser.error(f"--noisy-sigma0 must be positive and below {FLOAT32_MAX:.2g} (float32), got {args.noisy_sigma0}")
     frames = args.max_episode_frames
     if not MIN_EPISODE_FRAMES <= frames <= MAX_EPISODE_FRAMES or frames % FRAME_SKIP:
         parser.error(

@@ -55,7 +55,7 @@ class Agent:
         input_shape: tuple[int, int, int] = (4, 84, 84),
         seed: int = 0,
     ) -> None:
-        self.n_actions = n_actions
+        self.n_actions, self.input_shape = n_actions, input_shape
         self.device = torch.device(device)
         self.grad_clip = grad_clip
         self.head = (head or ScalarHead()).to(self.device)
@@ -230,8 +230,22 @@ class Agent:
         mean_q = self.head.q_values(outputs.detach()[:, None]).mean()
         return LearnResult(loss.detach(), mean_q, priorities)
 
-    def weights_finite(self) -> bool:
-        return all(bool(torch.isfinite(weights).all()) for weights in self.online.parameters())
+    def values_finite(self) -> bool:
+        """Whether the online network's weights, and its action values of two probe states (all black, all white),
+        on its mean weights and on one draw of its noise, are finite: an overflowing noise scale leaves the weights
+        finite and the values not, and no result or checkpoint is written from such a network. The draw comes from a
+        generator of its own, and every use of the network draws its noise first: the run's numbers stay as they are."""
+        if not all(bool(torch.isfinite(weights).all()) for weights in self.online.parameters()):
+            return False
+        probes = torch.zeros((2, *self.input_shape), dtype=torch.uint8, device=self.device)
+        probes[1] = 255
+        noises = [None, torch.Generator().manual_seed(0)] if self.noise_rng is not None else [None]
+        with torch.inference_mode():
+            for noise in noises:
+                self.online.set_noise(noise)  # a network without noisy layers has none to set
+                if not torch.isfinite(self.q_values(probes)).all():
+                    return False
+        return True
 
     def sync_target(self) -> None:
         if self.target is not self.online:

@@ -1233,8 +1233,10 @@ def test_a_checkpoints_network_that_is_not_its_settings_is_refused_in_one_line(s
     for name, (online, reason) in cases.items():
         path = crafted_checkpoint(small_run, tmp_path / f"{name.replace(' ', '-')}.pt", online)
         line, error = refusals_of_a_crafted_file(path, capsys)
-        assert line == f"main.py: error: cannot evaluate {path}: the checkpoint's network does not fit its settings: " + (
-            error.split(": ", 2)[-1]
+        assert (
+            line
+            == f"main.py: error: cannot evaluate {path}: the checkpoint's network does not fit its settings: "
+            + (error.split(": ", 2)[-1])
         )
         assert reason in error and error.startswith("the checkpoint's network does not fit its settings: "), error
     # A resume says it in the same few words.

@@ -206,7 +206,13 @@ def test_evaluations_may_change_on_resume_and_training_stays_bit_identical(tmp_p
         (["--distributional", "--atoms", "1"], "--atoms must be 2 or more, got 1"),
         (["--v-min", "5", "--v-max", "5"], "--v-min 5.0 must be below --v-max 5.0"),
         (["--distributional", "--loss", "mse"], "--distributional learns by its cross-entropy"),
-        (["--noisy", "--noisy-sigma0", "0"], "--noisy-sigma0 must be positive and finite"),
+        (["--noisy", "--noisy-sigma0", "0"], "--noisy-sigma0 must be positive and below 3.4e+38 (float32), got 0.0"),
+        # Values checked in float32, the type they are used in: these were a traceback, or a NaN network's results.
+        (["--noisy", "--noisy-sigma0", "1e39"], "--noisy-sigma0 must be positive and below 3.4e+38 (float32)"),
+        (["--v-min=-1e300", "--v-max=1e300"], "--v-min -1e+300 and --v-max 1e+300 must make 51 distinct float32 atoms"),
+        (["--v-min=-3e38", "--v-max=3e38"], "--v-min -3e+38 and --v-max 3e+38 must make 51 distinct float32 atoms"),
+        (["--v-min", "0", "--v-max", "1e-46"], "--v-min 0.0 and --v-max 1e-46 must make 51 distinct float32 atoms"),
+        (["--atoms", "100000000"], "--v-min -10.0 and --v-max 10.0 must make 100000000 distinct float32 atoms"),
         (["--resume", "no/such/run"], "cannot resume: no run folder"),
     ],
 )
@@ -216,6 +222,19 @@ def test_bad_input_is_one_line_error(argv, message, capsys):
     assert exit_info.value.code == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert message in error
+
+
+def test_no_result_is_written_from_a_network_whose_values_are_not_finite(tmp_path, capsys):
+    """A noise scale that float32 holds but the noisy layers' products overflow: the untrained network's mean weights
+    play, its noisy values are inf or nan. Before, evaluation 0 was written and the run then advised a lower --lr."""
+    run = tmp_path / "run"
+    argv = [*TINY, "--noisy", "--noisy-sigma0", "1e30", "--steps", "200", "--out", str(run)]
+    assert main.main(argv) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "main.py: error: the untrained network's values are not finite; no checkpoint was written yet. Its settings "
+        "overflow float32: try a smaller --noisy-sigma0 or a narrower --v-min/--v-max"
+    )
+    assert not (run / "rewards.txt").exists() and not list(run.glob("model_*.pt"))
 
 
 def test_existing_run_is_not_overwritten_and_bad_checkpoints_are_refused(tmp_path, capsys):
