@@ -46,7 +46,7 @@ from dqn_atari.utils_env import (
     register_plugin_envs,
     saved_env_refusal,
 )
-from dqn_atari.utils_run import load_checkpoint, load_newest_checkpoint, save_checkpoint
+from dqn_atari.utils_run import playable_checkpoint, save_checkpoint
 
 gymnasium.register(id="dqn/Atari-v0", entry_point="dqn_atari.utils_env:AtariGymEnv")
 register_plugin_envs()  # installed packages' ids (MinAtar's), which gymnasium.make does not load by itself
@@ -156,12 +156,11 @@ def check_epsilon(epsilon: float) -> None:
 
 
 def load_agent(path: str | Path, device: str = "auto", trust_env: bool = False) -> TrainedAgent:
-    """The agent of a checkpoint file (``model_NNN.pt``), or of a run folder's newest checkpoint. ``trust_env``:
+    """The agent of a checkpoint file (``model_NNN.pt``, a released agent), of a run folder's newest checkpoint,
+    or of the one agent file in a folder that holds no run. ``trust_env``:
     make its environment even when that imports and calls code the checkpoint names (``module:Class``, a spec's
     entry points), which ValueError refuses otherwise: a checkpoint may come from anyone."""
-    path = Path(path)
-    checkpoint = load_newest_checkpoint(path)[1] if path.is_dir() else load_checkpoint(path)
-    return TrainedAgent(checkpoint, device, trust_env)
+    return TrainedAgent(playable_checkpoint(Path(path))[1], device, trust_env)
 
 
 class TrainedRun(NamedTuple):

@@ -259,7 +259,7 @@ def play_checkpoint(args: argparse.Namespace, checkpoint: dict[str, Any]) -> int
         folder = Path(args.out) if args.out else source.parent
         frame_dir = folder / f"playback_{source.stem}"
         suffix = 1
-        while frame_dir.exists():  # never replace frames a user already has
+        while frame_dir.exists() or frame_dir.is_symlink():  # never replace frames a user has, nor follow a link
             frame_dir, suffix = folder / f"playback_{source.stem}_{suffix}", suffix + 1
     workers = GameWorkers(functools.partial(make_env, args), [], args.env_workers) if args.env_workers else None
     try:
@@ -795,6 +795,8 @@ class Trainer:
             self.save_interrupted()
             print(f"Interrupted at step {progress.step}; continue with: python main.py --resume {self.out}", flush=True)
             return TrainSummary(130, progress.step, learning_sps, self.updates)
+        # The final checkpoint holds all a stop's checkpoint did: left, it would read as a run still to resume.
+        (self.out / INTERRUPTED_CHECKPOINT).unlink(missing_ok=True)
         print(f"Done: {progress.step} steps, last evaluation score {progress.last_score:.1f}", flush=True)
         return TrainSummary(0, progress.step, learning_sps, self.updates)
 

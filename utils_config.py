@@ -15,6 +15,7 @@ import importlib.util
 import io
 import math
 import os
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,7 +42,13 @@ from dqn_atari.utils_env import (
     saved_env_refusal,
 )
 from dqn_atari.utils_model import NETWORKS, NOISY_SIGMA0, network_size, smallest_input
-from dqn_atari.utils_run import MEMORY_FILE, REWARDS_FILE, CheckpointError, load_checkpoint, load_newest_checkpoint
+from dqn_atari.utils_run import (
+    MEMORY_FILE,
+    REWARDS_FILE,
+    CheckpointError,
+    load_newest_checkpoint,
+    playable_checkpoint,
+)
 
 # Options that may differ when a run is resumed; all others must match the saved run. Evaluations change nothing
 # in training (each plays games seeded by (seed, index) with generators of their own), so their schedule, size and
@@ -290,6 +297,11 @@ class DefaultsShown(argparse.ArgumentDefaultsHelpFormatter):
 class OneLineParser(argparse.ArgumentParser):
     """Refuses bad input in one line, ``main.py: error: ...``, without the usage block (``--help``
     has it)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # A value such as -1e3 or -.5e-2 is a number, as -1 and -1.5 are to argparse itself, not an unknown flag.
+        self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
@@ -643,16 +655,12 @@ def playback_config(
     """--evaluate: the checkpoint's configuration, with the playback options the user gave."""
     if args.resume is not None:
         parser.error("--evaluate plays a checkpoint; it does not go with --resume")
-    source = Path(args.evaluate)
     try:
-        if source.is_dir():  # a run folder: its newest checkpoint, as --resume picks it
-            source, checkpoint, notes = load_newest_checkpoint(source)
-            for note in notes:
-                print(f"Note: {note}", flush=True)
-        else:
-            checkpoint = load_checkpoint(source)
+        source, checkpoint, notes = playable_checkpoint(Path(args.evaluate))
     except CheckpointError as error:
         parser.exit(2, f"{parser.prog}: error: cannot evaluate: {error}\n")
+    for note in notes:
+        print(f"Note: {note}", flush=True)
     args = playback_options(parser, checkpoint["config"], explicit_options(parser, argv))
     args.evaluate = str(source)  # the checkpoint played, named in what it prints and its frames' folder
     return args, checkpoint

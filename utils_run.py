@@ -366,6 +366,28 @@ def load_newest_checkpoint(run: Path) -> tuple[Path, dict[str, Any], list[str]]:
     return path, checkpoint, [f"skipped {error}" for error in unreadable]
 
 
+def playable_checkpoint(path: Path) -> tuple[Path, dict[str, Any], list[str]]:
+    """What ``--evaluate`` and ``dqn.load_agent`` play from ``path``: a checkpoint file; a run folder's newest
+    checkpoint; or the one agent file (``TrainedAgent.save``'s) of a folder that holds no run, whichever its
+    name. Notes as ``load_newest_checkpoint``'s; CheckpointError names the files to choose from where there are
+    several."""
+    if not path.is_dir():
+        return path, load_checkpoint(path), []
+    if evaluation_checkpoints(path) or (path / INTERRUPTED_CHECKPOINT).exists():
+        return load_newest_checkpoint(path)
+    agents = sorted(
+        file for file in path.glob("*.pt") if not NEW_MEMORY_FILE.fullmatch(file.name) and file.name != MEMORY_FILE
+    )
+    if len(agents) == 1:
+        return agents[0], load_checkpoint(agents[0]), []
+    if agents:
+        names = ", ".join(file.name for file in agents[:5]) + (
+            f" and {len(agents) - 5} more" if len(agents) > 5 else ""
+        )
+        raise CheckpointError(f"{path} holds no run but {len(agents)} agent files; give one of them: {names}")
+    raise CheckpointError(f"{path} holds no checkpoint (model_NNN.pt)")
+
+
 def evaluation_checkpoints(run: Path) -> list[Path]:
     """The run's evaluation checkpoints (model_NNN.pt), newest first."""
     numbered = [p for p in run.glob("model_*.pt") if p.stem.removeprefix("model_").isdigit()]

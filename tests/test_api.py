@@ -94,6 +94,20 @@ def test_a_saved_agent_is_the_network_alone_and_plays_as_its_checkpoint(tmp_path
         assert main.main(["--evaluate", str(path), "--eval-episodes", "2"]) == 0
         played.append([line for line in capsys.readouterr().out.splitlines() if line.startswith("Episode #")])
     assert played[0] == played[1] and len(played[0]) == 2
+    # A folder that holds one released agent and no run (results/breakout-10m) plays it; one with several names them.
+    shelf = tmp_path / "shelf"
+    shelf.mkdir()
+    shutil.copy(released, shelf / "pong-agent.pt")
+    assert main.main(["--evaluate", str(shelf), "--eval-episodes", "2"]) == 0
+    assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("Episode #")] == played[0]
+    assert dqn.load_agent(shelf).evaluate(episodes=2, seed=3) == original.evaluate(episodes=2, seed=3)
+    shutil.copy(released, shelf / "another.pt")
+    with pytest.raises(SystemExit):
+        main.main(["--evaluate", str(shelf)])
+    assert capsys.readouterr().err.strip() == (
+        f"main.py: error: cannot evaluate: {shelf} holds no run but 2 agent files; give one of them: another.pt, "
+        "pong-agent.pt"
+    )
     # It plays; it does not train on, even named as a run's checkpoint: one line, nothing changed.
     folder = tmp_path / "released"
     folder.mkdir()

@@ -155,6 +155,7 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes_at_its_step(tmp_path, capsys):
     assert f"Done: {step + 40} steps" in resumed.stdout
     assert rewards(run)[-1][:2] == (1, step + 40)
     np.testing.assert_array_equal(games(run, "model_001.pt")[: len(interrupted)], interrupted)
+    assert not (run / "model_interrupted.pt").exists()  # the finished run leaves no stale stop checkpoint
 
 
 @pytest.mark.parametrize(
@@ -222,6 +223,14 @@ def test_bad_input_is_one_line_error(argv, message, capsys):
     assert exit_info.value.code == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert message in error
+
+
+def test_negative_numbers_in_any_notation_are_values_not_flags():
+    """argparse reads -1 and -1.5 as values, but -1e3 as an unknown flag: every float is a value here."""
+    args, _ = utils_config.parse_config(["--v-min", "-1e3", "--v-max", "1E3", "--out", "unused"])
+    assert (args.v_min, args.v_max) == (-1000.0, 1000.0)
+    args, _ = utils_config.parse_config(["--v-min", "-.5e-2", "--out", "unused"])
+    assert args.v_min == -0.005
 
 
 def test_no_result_is_written_from_a_network_whose_values_are_not_finite(tmp_path, capsys):
@@ -324,6 +333,10 @@ def test_evaluate_a_checkpoint_prints_each_episode(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "Note: skipped " in out and f"Playing ALE/Breakout-v5 with {run / 'model_001.pt'} (trained 120 steps)" in out
     assert (run / "playback_model_001_1" / "000000.png").exists()
+    # A link at the frames' folder, even one that leads nowhere, is passed over: frames are never written through it.
+    (run / "playback_model_001_2").symlink_to(tmp_path / "nowhere")
+    assert main.main(["--evaluate", str(run / "model_001.pt"), "--eval-episodes", "1", "--render"]) == 0
+    assert (run / "playback_model_001_3" / "000000.png").exists() and not (tmp_path / "nowhere").exists()
 
 
 def test_a_playback_has_its_own_game_count_frames_and_sticky_actions(tmp_path):
