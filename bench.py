@@ -57,7 +57,7 @@ from dqn_atari.utils_config import (
     use_threads,
 )
 from dqn_atari.utils_drl import Agent
-from dqn_atari.utils_env import AtariEnv, evaluate, resolve_env_id
+from dqn_atari.utils_env import AtariEnv, evaluate, game_name, is_atari, resolve_env_id
 from dqn_atari.utils_memory import PrioritizedReplayMemory, ReplayMemory, SumTree
 from dqn_atari.utils_results import (
     MAIN_JOB,
@@ -214,7 +214,8 @@ def bench_loop(
     ``learning_steps_per_second`` is the loop's steps/s once learning started. ``extra``: more main.py flags."""
     with tempfile.TemporaryDirectory() as folder:
         argv = [
-            "--env", env_id, "--steps", str(learning_starts + steps), "--learning-starts", str(learning_starts),
+            "--env", game_name(env_id) if is_atari(env_id) else env_id,  # a game as a user names it: no ALE id note
+            "--steps", str(learning_starts + steps), "--learning-starts", str(learning_starts),
             "--train-every", str(train_every), "--eval-every", str(10**9), "--eval-episodes", "1",
             "--max-episode-frames", "20000", "--out", str(Path(folder) / "run"), "--threads", str(threads),
             "--eps-start", "0", "--eps-end", "0",  # a forward pass every step, as the limit assumes
@@ -1145,6 +1146,9 @@ if __name__ == "__main__":
     if arguments.beside:
         sys.exit(beside_main(arguments.beside, arguments.up_to, arguments.references, arguments.plot))
     env_id = resolve_env_id(arguments.env)
+    show = functools.partial(print, file=sys.stdout, flush=True)  # the results: JSON alone with --json
+    if arguments.json:  # so what the runs bench makes print goes to standard error
+        sys.stdout = sys.stderr
     if arguments.loop:
         summary = bench_loop(env_id, False, *arguments.loop_steps, arguments.train_every, arguments.threads)
         print(summary.learning_steps_per_second)
@@ -1152,14 +1156,14 @@ if __name__ == "__main__":
     use_threads(arguments.threads)
     if arguments.apex:
         results = bench_apex(env_id, arguments.quick)
-        print(json.dumps(results, indent=2) if arguments.json else table(results, APEX_ROWS))
+        show(json.dumps(results, indent=2) if arguments.json else table(results, APEX_ROWS))
         sys.exit(0)
     if arguments.at_once_report:
         print(at_once_markdown(json.loads(arguments.at_once_report.read_text())))
         sys.exit(0)
     if arguments.at_once:
         results = bench_at_once(arguments.quick)
-        print(json.dumps(results, indent=2) if arguments.json else at_once_markdown(results))
+        show(json.dumps(results, indent=2) if arguments.json else at_once_markdown(results))
         sys.exit(0)
     if arguments.gpu_report:
         print(gpu_tables(json.loads(arguments.gpu_report.read_text())["bench"]))
@@ -1178,11 +1182,11 @@ if __name__ == "__main__":
             results["cleanrl"] = run_gpu_cleanrl(
                 arguments.cleanrl, arguments.cleanrl_path, arguments.quick, arguments.cleanrl_rounds
             )
-        print(json.dumps(results, indent=2) if arguments.json else gpu_tables(results))
+        show(json.dumps(results, indent=2) if arguments.json else gpu_tables(results))
         sys.exit(0)
     if arguments.shared:
         results = bench_shared(env_id, arguments.quick, arguments.train_every, arguments.threads)
-        print(json.dumps(results, indent=2) if arguments.json else table(results, SHARED_ROWS))
+        show(json.dumps(results, indent=2) if arguments.json else table(results, SHARED_ROWS))
         sys.exit(0)
     results = run(arguments.env, arguments.quick, arguments.train_every, arguments.threads)
-    print(json.dumps(results, indent=2) if arguments.json else table(results))
+    show(json.dumps(results, indent=2) if arguments.json else table(results))

@@ -25,7 +25,7 @@ KEYS = [
 
 
 @pytest.mark.slow
-def test_quick_benchmark_reports_every_figure(monkeypatch):
+def test_quick_benchmark_reports_every_figure(monkeypatch, capsys):
     # The shared-machine part times four loops, each in a fresh process: the first runs for real (bench.py --loop
     # prints its steps/s), the other three print a stand-in figure. Beside a busy core and two at once, they would
     # time nothing on a suite worker pinned to one CPU, and each fresh process costs several seconds.
@@ -39,6 +39,7 @@ def test_quick_benchmark_reports_every_figure(monkeypatch):
 
     monkeypatch.setattr(bench, "loop_process", loop_process)
     figures = bench.run("Breakout", quick=True, train_every=4)
+    assert "Note:" not in capsys.readouterr().out  # its runs name the game as a user does: no ALE id note (six were)
     assert len(started) == 4 and figures["sps_alone"] != 50.0 and figures["sps_two_runs_total"] == 100.0
     for key in KEYS:
         assert math.isfinite(figures[key]) and figures[key] > 0, key
