@@ -964,6 +964,6 @@ def test_each_committed_reports_draw_free_parts_are_what_its_command_writes_now(
 def test_each_committed_report_is_what_its_command_rebuilds(sweep):
     """The whole report.md and report.json, 20,000 draws and all, as `sweep.py --report results/SWEEP` writes them."""
     folder = ROOT / "results" / sweep
-    summary = utils_results.summarize(folder)
+    summary = utils_results.summarize(folder, samples=20_000)  # the command's default, not the suite's fewer
     assert utils_results.markdown(summary) + "\n" == (folder / "report.md").read_text()
     assert json.dumps(summary, indent=2) + "\n" == (folder / "report.json").read_text()
