@@ -1,5 +1,7 @@
 """Smoke test of bench.py: every figure is there and positive (no wall-time assertions)."""
 
+import csv
+import itertools
 import json
 import math
 import re
@@ -12,6 +14,7 @@ import pytest
 import torch
 
 from dqn_atari import bench, dqn, main, utils_results
+from dqn_atari.utils_run import HEALTH_FILE, HEALTH_HEADER, read_log, read_rewards
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = [
@@ -440,3 +443,36 @@ def test_the_docs_show_the_games_at_once_figures_as_committed():
     assert [path for path, _ in blocks][:1] == ["results/at-once/cpu.json"]  # and any later run's, each its own
     for path, shown in blocks:
         assert shown == utils_results.at_once_markdown(json.loads((ROOT / path).read_text())), path
+
+
+def test_both_memories_runs_are_what_their_stops_file_says_and_the_prioritized_memory_stayed_exact():
+    """Issue 67's two runs beside the main job: each stretch of the stops file starts where the one before stopped
+    (or at 0, as a new attempt); each run's committed files are its command's (the memory, the seed, 10M steps, the
+    stops' thread count, its folder) and go no further than its last stop; the prioritized run's memory-health log
+    has a line at each evaluation after step 0 whose sum tree equals its leaves summed again."""
+    folder = ROOT / "results" / "breakout-10m"
+    lines = [line for line in (folder / "both-memories-stops.csv").read_text().splitlines() if not line.startswith("#")]
+    stretches: dict[str, list[dict[str, str]]] = {}
+    for row in csv.DictReader(lines):
+        stretches.setdefault(row["run"], []).append(row)
+    assert set(stretches) == {"prioritized/Breakout-seed0", "uniform/Breakout-seed1"}
+    for run, rows in stretches.items():
+        for before, after in itertools.pairwise(rows):
+            new_attempt = int(after["attempt"]) == int(before["attempt"]) + 1 and after["start_step"] == "0"
+            assert new_attempt or (after["attempt"], after["start_step"]) == (before["attempt"], before["stop_step"])
+        config = json.loads((folder / run / "config.json").read_text())
+        memory, seed = run.split("/")
+        assert config["prioritized"] == (memory == "prioritized") and f"Breakout-seed{config['seed']}" == seed
+        assert (config["steps"], config["threads"], config["out"]) == (
+            10_000_000,
+            int(rows[-1]["threads"]),
+            f"results/breakout-10m/{run}",
+        )
+        evaluations = [step for _, (step, *_) in read_rewards(folder / run / "rewards.txt")]
+        assert evaluations == list(range(0, evaluations[-1] + 1, 250_000)) and evaluations[-1] <= int(
+            rows[-1]["stop_step"]
+        )
+        if memory == "prioritized":
+            health = read_log(folder / run / HEALTH_FILE, HEALTH_HEADER)
+            assert health[:, 0].tolist() == evaluations[1:]
+            assert (health[:, 3] == 0).all() and (health[:, 1] == health[:, 2]).all()  # no drift at all
