@@ -1204,7 +1204,7 @@ def curve_up_to(curve: plot.Curve, steps: int) -> plot.Curve:
 
 def main_job_scores_markdown(report: dict[str, Any]) -> str:
     """The table of where each attempt (its last evaluation, its last training games) and, once released, the
-    agent stand beside each reference: the first of docs/results.md's tables, the one the README shows."""
+    agent stand beside each reference: the first of docs/results.md's tables."""
     lines = list(REFERENCES_HEADER)
     for attempt in report["attempts"]:
         name = f"attempt {attempt['attempt']}"

@@ -289,7 +289,8 @@ def test_the_readmes_training_commands_are_accepted_as_written(tmp_path):
     """Every `python main.py` line of the README's bash blocks parses, flags and values as written, but for those
     that name a file or module the reader must make first (--resume, --evaluate, a package of their own). Each gets
     an empty --out last, so that a run the reader made with the same command does not refuse it."""
-    blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    manual = (ROOT / "README.md").read_text() + (ROOT / "docs" / "usage.md").read_text()  # and its detail
+    blocks = re.findall(r"```bash\n(.*?)```", manual, re.S)
     lines = [line.split("  #")[0].strip() for block in blocks for line in block.splitlines()]
     commands = [line for line in lines if line.startswith("python main.py")]
     checked = [line for line in commands if not re.search(r"--resume|--evaluate|my_package", line)]
