@@ -1,6 +1,7 @@
 """sweep.py: runs of games x seeds (parallel on Ray), resuming, retrying, and the report's
 statistics against hand-computed values."""
 
+import functools
 import json
 import os
 import re
@@ -869,9 +870,7 @@ def test_the_readme_shows_the_committed_atari100k_reports():
         shown = readme.split(start, 1)[1].split(end, 1)[0]
         assert shown.strip() == (ROOT / file).read_text().strip()
         if file.endswith("/report.md"):
-            games_table = utils_results.markdown(utils_results.summarize((ROOT / file).parent, samples=20)).split(
-                "\n\n"
-            )[0]
+            games_table = committed_report_rebuilt((ROOT / file).parent.name).split("\n\n")[0]
             assert games_table in shown
 
 
@@ -944,13 +943,19 @@ def test_a_folder_name_is_never_written_into_a_report_as_it_is(tmp_path):
 COMMITTED_REPORTS = ("atari100k", "atari100k-v1", "der")
 
 
+@functools.cache
+def committed_report_rebuilt(sweep: str) -> str:
+    """results/SWEEP's report as its command writes it, but with 20 bootstrap draws: made once per test process."""
+    return utils_results.markdown(utils_results.summarize(ROOT / "results" / sweep, samples=20))
+
+
 @pytest.mark.parametrize("sweep", COMMITTED_REPORTS)
 def test_each_committed_reports_draw_free_parts_are_what_its_command_writes_now(sweep):
     """`sweep.py --report results/SWEEP` wrote a per-run section the committed reports lacked (138 lines each), so
     running it dirtied the checkout: every part of the report that does not depend on the bootstrap's draws (rebuilt
     here with 20 of them) is in the committed report.md, and in its order."""
     committed = (ROOT / "results" / sweep / "report.md").read_text()
-    rebuilt = utils_results.markdown(utils_results.summarize(ROOT / "results" / sweep, samples=20))
+    rebuilt = committed_report_rebuilt(sweep)
     drawn = re.compile(r"\[-?\d+\.\d+, -?\d+\.\d+\]|\b20 draws\b|bootstrap")
     parts = [part for part in rebuilt.split("\n\n") if not drawn.search(part)]
     assert len(parts) >= 3  # the games table and a line per run at least
