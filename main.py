@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import functools
 import math
 import os
@@ -16,7 +17,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -119,6 +120,7 @@ class StopRequest:
 
     def __init__(self) -> None:
         self.requested = False
+        self.quit_at_once = False  # while nothing is trained that a checkpoint would keep (see ``at_once``)
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopRequest:
@@ -134,7 +136,22 @@ class StopRequest:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
 
+    @contextlib.contextmanager
+    def at_once(self) -> Iterator[None]:
+        """Within it, a stop quits at once (KeyboardInterrupt), as while thousands of games are being made: a stop
+        flagged for the first step would wait for all of them."""
+        if self.requested:
+            raise KeyboardInterrupt
+        self.quit_at_once = True
+        try:
+            yield
+        finally:
+            self.quit_at_once = False
+
     def _handle(self, signum: int, frame: Any) -> None:
+        if self.quit_at_once:
+            self.requested = True
+            raise KeyboardInterrupt
         if self.requested:
             if signum == signal.SIGTERM:  # stopping already: another SIGTERM (a dead parent's, a reaper's) waits too
                 return
@@ -457,19 +474,20 @@ class Trainer:
         self.memory = build_memory(args, device, frames_on_device, env)
         self.env = env
         self.workers = None  # --env-workers: the processes that step the games
-        if args.actors:
-            games = []  # Ape-X: the actors play
-        elif args.env_workers:
-            seeds = [training_seed(args.seed, game) for game in range(args.envs)]
-            self.workers = GameWorkers(functools.partial(make_env, args), seeds, args.env_workers)
-            games = self.workers.games
-        else:
-            games = [env, *(make_env(args, training_seed(args.seed, game)) for game in range(1, args.envs))]
+        with stop.at_once():
+            if args.actors:
+                games = []  # Ape-X: the actors play
+            elif args.env_workers:
+                seeds = [training_seed(args.seed, game) for game in range(args.envs)]
+                self.workers = GameWorkers(functools.partial(make_env, args), seeds, args.env_workers)
+                games = self.workers.games
+            else:
+                games = [env, *(make_env(args, training_seed(args.seed, game)) for game in range(1, args.envs))]
+            # The evaluations' game machines, seeded for each game (with --env-workers, in the workers); a serial
+            # evaluation makes its one machine itself.
+            self.eval_machines = evaluation_machines(args, self.workers) if args.eval_games == "seeded" else []
         self.players = [Player(game, self.memory, args.clip_rewards, stream) for stream, game in enumerate(games)]
         self.in_round = False  # some games of --envs have stepped beyond the steps counted
-        # The evaluations' game machines, seeded for each game (with --env-workers, in the workers); a serial
-        # evaluation makes its one machine itself.
-        self.eval_machines = evaluation_machines(args, self.workers) if args.eval_games == "seeded" else []
         self.progress = Progress()
         self.updates = 0  # gradient steps taken in this process
         self.drawn: collections.deque[Batch] = collections.deque()  # batches drawn ahead for the learning steps due

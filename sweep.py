@@ -161,8 +161,6 @@ def settings_mismatch(run: Run, passed: list[str]) -> str | None:
         saved = read_config(run.folder)
     except (RunLogError, CheckpointError, OSError):
         return None
-    if not isinstance(saved, dict):
-        return None
     asked = vars(options_of(["--env", run.game, "--seed", str(run.seed), *passed]))
     ran = saved_options(saved)
     # The saved env is named, never imported: a folder could ship the module its 'module:Class' names.
@@ -367,7 +365,6 @@ def sweep(arguments: argparse.Namespace, passed: list[str]) -> int:
         f"{len(done)} finished already",
         flush=True,
     )
-    use_ray = import_ray_or_note(arguments.ray_address)
     attempts = {run: 0 for run in runs}
     failed: list[Run] = []
     stop_file = out / STOP_FILE
@@ -398,6 +395,7 @@ def sweep(arguments: argparse.Namespace, passed: list[str]) -> int:
     with RunLock(out):
         bar = tqdm(total=len(runs), initial=len(done), unit="run", dynamic_ncols=True)
         try:
+            use_ray = import_ray_or_note(arguments.ray_address)  # seconds: a Ctrl-C meanwhile ends as any other
             executor = Executor(arguments.ray_address, threads, use_ray, stop_file, Path.cwd())
             todo = [run for run in runs if states[run] != "done"]
             for run in todo:
@@ -479,7 +477,7 @@ def import_ray_or_note(address: str | None) -> bool:
     except ImportError:
         if address:
             raise SweepError("--ray-address needs Ray: pip install 'ray>=2.40'") from None
-        print("Note: Ray is not installed (pip install 'ray>=2.40'): runs go one after another", flush=True)
+        tqdm.write("Note: Ray is not installed (pip install 'ray>=2.40'): runs go one after another")
         return False
     return True
 

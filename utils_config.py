@@ -79,6 +79,7 @@ MEMORY_DEVICES = ("auto", "host", "device")
 # one at a time; docs/performance.md); a game machine takes about 1 MB.
 EVAL_ENVS = 32
 SCALAR_BYTES = 7  # a step's action, reward, terminal and game-start flags, besides its frame
+GAME_BYTES = 2**20  # RAM of one game machine, at least: 100 ALE emulators took 0.96 MiB each here (resident memory)
 # GPU memory left for the two networks, Adam's moments, a batch's activations and cuDNN's workspaces.
 DEVICE_HEADROOM = 2 * 2**30
 # Up to 30 no-op frames and a FIRE start a game; 100 frames leave at least 16 agent steps to learn from.
@@ -684,7 +685,8 @@ def saved_playback_options(saved: dict[str, Any], trusted_env: bool) -> argparse
     """``playback_options`` for the Python API: ValueError with main.py's one line. ``trusted_env``: the saved
     environment may name code to import (as giving ``--env`` again does on the command line)."""
     with refusals_as_value_errors():
-        return playback_options(build_parser(), saved, {"env": saved.get("env")} if trusted_env else {})
+        given = {"evaluate": "dqn.load_agent"}  # a playback's checks, not a training run's (its replay memory's)
+        return playback_options(build_parser(), saved, {**given, "env": saved.get("env")} if trusted_env else given)
 
 
 @contextlib.contextmanager
@@ -841,6 +843,7 @@ def check_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         parser.error(f"--device {args.device}: {problem}")
     if getattr(args, "tensorboard", False) and importlib.util.find_spec("tensorboard") is None:
         parser.error("--tensorboard needs the tensorboard package: pip install tensorboard")
+    check_room(parser, args)
 
 
 def check_envs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -897,7 +900,7 @@ def check_gym_env(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
             "environment, which plays as it is made"
         )
     try:
-        depth, frame_shape = env_layout(args.env)
+        frame_shape = env_layout(args.env)[1]
     except ValueError as error:
         parser.error(f"--env {name}: {error}")
     except Exception as error:  # making someone else's environment can raise anything
@@ -908,15 +911,6 @@ def check_gym_env(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         parser.error(
             f"--network {args.network} needs frames of at least {smallest}x{smallest} pixels, {name}'s are "
             f"{height}x{width}: try --network minatar (Young & Tian 2019's, for 10x10 frames)"
-        )
-    needed = network_bytes(args, (depth * math.prod(frame_shape[:-2]), height, width))
-    device = pick_device(args.device) if device_problem(args.device) is None else None  # else refused below
-    free = device_free_memory(device) if device else math.inf
-    if needed > free:
-        parser.error(
-            f"--network {args.network} on {name}'s {height}x{width} frames needs at least {needed / 2**30:.1f} GiB "
-            f"(its weights{', gradients, Adam moments and a batch' if args.evaluate is None else ''}), "
-            f"{free / 2**30:.1f} GiB is free on {device}: give it smaller frames (gymnasium's ResizeObservation)"
         )
     if args.render:  # checked now, not at the first evaluation's first frame
         try:
@@ -945,28 +939,61 @@ def network_bytes(args: argparse.Namespace, input_shape: tuple[int, int, int]) -
     return 4 * (5 * parameters + 3 * args.batch_size * activations)
 
 
-def check_training(parser: argparse.ArgumentParser, args: argparse.Namespace, resuming: bool) -> None:
-    """What training needs beyond valid values: room for the memory, learning that starts before
-    the run ends, and a run folder that holds no other run."""
-    needed, what = memory_bytes(args.memory_size, env_layout(args.env)[1]), f"--memory-size {args.memory_size:,}"
-    if memory_on_device(args):
-        device = pick_device(args.device)
-        free = device_free_memory(device)
-        if needed + DEVICE_HEADROOM > free:
-            parser.error(
-                f"{what} needs {needed / 2**30:.1f} GiB on {device}, {free / 2**30:.1f} GiB is free there and "
-                f"{DEVICE_HEADROOM / 2**30:.0f} GiB stays for the networks; choose a smaller one or --memory-device host"
-            )
-        needed = args.memory_size * SCALAR_BYTES  # the host keeps the scalars alone
-    if args.actors and args.ray_address is None:  # the actors' processes run here too
-        needed += args.actors * actor_bytes(args.chunk_steps, args.n_step)
-        what += f" with --actors {args.actors}"
-    available = available_memory()
-    if needed > available:
-        parser.error(
-            f"{what} needs {needed / 2**30:.1f} GiB of RAM, {available / 2**30:.1f} GiB is available here "
-            "(free memory, within any container limit); choose a smaller one"
+def check_room(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The run's network, games and (to train) replay memory, estimated before any is allocated against the memory
+    where each would be: on a GPU, the network and with --memory-device device the memory's frames; in RAM, all the
+    rest together. Refused in one line naming each part's flag, the largest first."""
+    depth, frame_shape = env_layout(args.env)
+    height, width = frame_shape[-2:]
+    device = pick_device(args.device)
+    on_device = device.type == "cuda"  # other devices share the host's RAM
+    network = network_bytes(args, (depth * math.prod(frame_shape[:-2]), height, width))
+    flags = f"--network {args.network}" + (f", --atoms {args.atoms:,}" if args.distributional else "")
+    if args.evaluate is None:
+        flags += f", --batch-size {args.batch_size:,}"
+    if not is_atari(args.env):
+        flags += (
+            f" on {env_label(args.env)}'s {height}x{width} frames: give it smaller ones (gymnasium's ResizeObservation)"
         )
+    free = device_free_memory(device)
+    if on_device and network > free:
+        parser.error(
+            f"the network needs at least {size_text(network)} on {device} ({flags}), {size_text(free)} is free there"
+        )
+    parts = [] if on_device else [(network, f"the network {size_text(network)} ({flags})")]
+    games = min(args.eval_envs, args.eval_episodes) + (0 if args.evaluate is not None or args.actors else args.envs)
+    parts.append((games * GAME_BYTES, f"{games:,} games {size_text(games * GAME_BYTES)} (--envs, --eval-envs)"))
+    if args.evaluate is None:
+        memory = memory_bytes(args.memory_size, frame_shape)
+        if memory_on_device(args):
+            if memory + DEVICE_HEADROOM > free:
+                parser.error(
+                    f"--memory-size {args.memory_size:,} needs {size_text(memory)} on {device}, {size_text(free)} is "
+                    f"free there and {size_text(DEVICE_HEADROOM)} stays for the networks; choose a smaller one or "
+                    "--memory-device host"
+                )
+            memory = args.memory_size * SCALAR_BYTES  # the host keeps the scalars alone
+        parts.append((memory, f"the replay memory {size_text(memory)} (--memory-size {args.memory_size:,})"))
+        if args.actors and args.ray_address is None:  # the actors' processes run here too
+            actors = args.actors * actor_bytes(args.chunk_steps, args.n_step)
+            parts.append((actors, f"{args.actors} Ape-X actors {size_text(actors)} (--actors)"))
+    needed, available = sum(size for size, _ in parts), available_memory()
+    if needed > available:
+        listed = "; ".join(text for _, text in sorted(parts, key=lambda part: -part[0]))
+        parser.error(
+            f"this run needs at least {size_text(needed)} of RAM, {size_text(available)} is available here (free "
+            f"memory, within any container limit): {listed}; lower the first"
+        )
+
+
+def size_text(size: int) -> str:
+    """Bytes as GiB with one decimal, or as MiB below a tenth of a GiB."""
+    return f"{size / 2**30:,.1f} GiB" if size >= 2**30 / 10 else f"{size / 2**20:.0f} MiB"
+
+
+def check_training(parser: argparse.ArgumentParser, args: argparse.Namespace, resuming: bool) -> None:
+    """What training needs beyond valid values: learning that starts before the run ends, and a run folder that
+    holds no other run."""
     if args.learning_starts >= args.steps and not resuming:
         parser.error(f"--learning-starts {args.learning_starts} must be below --steps {args.steps}")
     if args.out is None:

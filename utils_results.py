@@ -29,6 +29,7 @@ from dqn_atari.utils_run import (
     REWARDS_FILE,
     CheckpointError,
     RunLogError,
+    checked_config,
     describe_os_error,
     read_config,
     read_episodes,
@@ -211,12 +212,8 @@ def collect(out: Path, left_out: dict[str, str] | None = None) -> dict[str, dict
             left_out[folder.name] = f"cannot read {describe_os_error(error)}"
             continue
         try:
-            config = read_config(folder)
+            config = checked_config(folder)
             steps, env = config["steps"], config["env"]
-            if not isinstance(steps, int) or isinstance(steps, bool) or steps <= 0:
-                raise ValueError(f"--steps {steps!r}")
-            if not isinstance(env, str):
-                raise ValueError(f"--env of type {type(env).__name__}")
             settings = run_settings(config)
         except (RunLogError, CheckpointError, OSError, KeyError, TypeError, ValueError, AttributeError) as error:
             left_out[folder.name] = f"its configuration (config.json) cannot be read: {first_line(error)}"
@@ -1041,7 +1038,8 @@ def with_rounds(mean: float, rounds: list[float], decimals: int) -> str:
 # where a machine no longer holds the last one's checkpoint).
 MAIN_JOB = ROOT / "results" / "breakout-10m"
 STOPS_COLUMNS = ("attempt", "start_step", "stop_step", "threads", "commit", "date", "note")
-REFERENCES_COLUMNS = ("name", "score", "spread", "runs", "frames", "optimizer", "evaluation", "sticky_actions")
+REFERENCES_COLUMNS = ("name", "game", "score", "spread", "runs", "frames", "optimizer", "evaluation", "sticky_actions")
+REFERENCE_SCORE_LIMIT = 1e9  # above any published Atari score: a larger one is a slip or a crafted file
 TRAINING_WINDOW = 100  # the training games whose mean stands beside each evaluation
 # The released agent's evaluation with Nature's protocol, once the run has ended: what
 # `main.py --evaluate AGENT --eval-episodes 30 --eval-epsilon 0.05` printed, kept beside the run.
@@ -1062,11 +1060,13 @@ def read_playback(path: Path) -> dict[str, Any]:
 def read_csv_rows(path: Path, columns: tuple[str, ...]) -> list[dict[str, str]]:
     """A CSV file's rows, lines starting with # left out; a missing file or column is a RunLogError."""
     try:
-        with open(path, newline="") as source:
+        with open(path, newline="", encoding="utf-8") as source:
             reader = csv.DictReader(line for line in source if not line.startswith("#"))
             rows = list(reader)
     except OSError as error:
         raise RunLogError(f"cannot read {path}: {error.strerror}") from None
+    except (UnicodeDecodeError, csv.Error) as error:
+        raise RunLogError(f"{path} is not a CSV text file ({first_line(error)[:80]})") from None
     missing = [column for column in columns if column not in (reader.fieldnames or [])]
     if missing:
         raise RunLogError(f"{path} has no column {', '.join(missing)}")
@@ -1090,19 +1090,24 @@ def run_progress(run: Path, stops: Sequence[dict[str, str]] = (), up_to: int | N
     """One run as its files give it, up to step ``up_to`` (all of it by default): each evaluation (step, the mean,
     spread and range of its games) beside the mean of the last TRAINING_WINDOW training games before it, its wall
     time, and its stops (rows of the main job's stops.csv, each with its wall time and steps/s from episodes.csv);
-    ``step`` is the step it reached (at most ``up_to``), not where its last game before ``up_to`` ended."""
+    ``step`` is the step it reached (its last game, evaluation or stop, at most ``up_to``), not where its last game
+    before ``up_to`` ended; an evaluation of a rewards.txt of three columns has no spread, range or game count (nan)."""
     games = read_episodes(run / EPISODES_FILE)  # step, score, length, epsilon, seconds
-    reached = int(games[-1, 0]) if len(games) else 0
+    rewards = [
+        values if len(values) == 7 else [*values, *[math.nan] * 5] for _, values in read_rewards(run / REWARDS_FILE)
+    ]
+    reached = max([int(games[-1, 0]) if len(games) else 0] + [int(values[0]) for values in rewards])
     if up_to is not None:
         games = games[games[:, 0] <= up_to]
     evaluations = []
-    for _, (step, mean, std, low, high, episodes, _seconds) in read_rewards(run / REWARDS_FILE):
+    for step, mean, std, low, high, episodes, _seconds in rewards:
         if up_to is not None and step > up_to:
             break
         before = games[games[:, 0] <= step][-TRAINING_WINDOW:, 1]
         training = float(before.mean()) if len(before) else math.nan
         evaluations.append(
-            {"step": int(step), "mean": mean, "std": std, "min": low, "max": high, "games": int(episodes),
+            {"step": int(step), "mean": mean, "std": std, "min": low, "max": high,
+             "games": int(episodes) if math.isfinite(episodes) else None,
              "training_mean": training, "training_games": len(before)}
         )  # fmt: skip
     seconds = float(games[-1, 4]) if len(games) else 0.0
@@ -1121,7 +1126,7 @@ def run_progress(run: Path, stops: Sequence[dict[str, str]] = (), up_to: int | N
     last_game = int(games[-1, 0]) if len(games) else 0
     reached = max([reached] + [stop["stop_step"] for stop in stretches])  # a stop comes after the last game
     return {
-        "steps": int(read_config(run)["steps"]),
+        "steps": checked_config(run)["steps"],
         "step": reached if up_to is None else min(reached, up_to),
         "wall_seconds": seconds,
         "hours_per_million_steps": seconds / 3600 / (last_game / 1e6) if last_game else math.nan,
@@ -1136,12 +1141,13 @@ def main_job_report(folder: Path = MAIN_JOB) -> dict[str, Any]:
     """The main job as its committed files give it: each attempt (its number and ``run_progress``; the last is the
     one under way), the published references (references.csv) and, once released, the agent's evaluation."""
     stops = read_csv_rows(folder / "stops.csv", STOPS_COLUMNS)
+    attempts_runs = main_job_attempts(folder)
     attempts = [
         {"attempt": attempt_number(run),
          **run_progress(run, [row for row in stops if int(row["attempt"]) == attempt_number(run)])}
-        for run in main_job_attempts(folder)
+        for run in attempts_runs
     ]  # fmt: skip
-    references = read_references(folder / "references.csv")
+    references = read_references(folder / "references.csv", game_name(checked_config(attempts_runs[0])["env"]))
     agent = read_playback(folder / AGENT_EVALUATION) if (folder / AGENT_EVALUATION).exists() else None
     return {"attempts": attempts, "references": references, "agent": agent}
 
@@ -1151,8 +1157,9 @@ def main_job_figure(folder: Path = MAIN_JOB) -> Figure:
     (mean, band from the lowest to the highest game) and training games (each a dot, the line the mean of the last
     TRAINING_WINDOW), beside the published scores of references.csv as dashed lines."""
     runs = main_job_attempts(folder)
-    steps = int(read_config(runs[-1])["steps"])
-    references = read_references(folder / "references.csv")
+    config = checked_config(runs[-1])
+    steps = config["steps"]
+    references = read_references(folder / "references.csv", game_name(config["env"]))
     return runs_figure(
         runs,
         [f"attempt {attempt_number(run)}" for run in runs],
@@ -1238,21 +1245,44 @@ REFERENCES_HEADER = [
 ]
 
 
-def read_references(path: Path) -> list[dict[str, Any]]:
-    """A references.csv: published scores, each with how it was made and its source."""
-    return [
-        {**row, "score": float(row["score"]), "spread": float(row["spread"])}
-        for row in read_csv_rows(path, REFERENCES_COLUMNS)
-    ]
+def read_references(path: Path, game: str) -> list[dict[str, Any]]:
+    """A references.csv: published scores of ``game``, each with how it was made and its source. A row of another
+    game, one with more or fewer fields than the header, or a score or spread that is not a finite number under
+    REFERENCE_SCORE_LIMIT (the spread not negative) is a RunLogError naming the file and the row."""
+    references = []
+    for number, row in enumerate(read_csv_rows(path, REFERENCES_COLUMNS), start=1):
+        where = f"{path}: row {number} ({str(row.get('name'))[:40]!r})"
+        if None in row or None in row.values():
+            raise RunLogError(f"{where}: {'more' if None in row else 'fewer'} fields than the header names")
+        try:
+            score, spread = float(row["score"]), float(row["spread"])
+        except ValueError:
+            raise RunLogError(f"{where}: its score or spread is not a number") from None
+        if not (abs(score) < REFERENCE_SCORE_LIMIT and 0 <= spread < REFERENCE_SCORE_LIMIT):  # nan fails too
+            raise RunLogError(
+                f"{where}: {row['score'][:20]} ± {row['spread'][:20]} is not a published score (finite, under "
+                f"{REFERENCE_SCORE_LIMIT:.0e}, its spread not negative)"
+            )
+        if row["game"] != game:
+            raise RunLogError(f"{where}: a score of {row['game'][:40]!r}, not of {game}, the runs' game")
+        references.append({**row, "score": score, "spread": spread})
+    return references
 
 
 def reference_rows(references: list[dict[str, Any]]) -> list[str]:
     """``read_references``' rows under REFERENCES_HEADER."""
     return [
-        f"| {ref['name']} | {ref['score']:.1f} ± {ref['spread']:.1f} | {ref['runs']} | {ref['frames']} | "
-        f"{ref['optimizer']} | {ref['evaluation']} | {ref['sticky_actions']} |"
+        "| " + " | ".join(
+            [cell(ref["name"]), f"{ref['score']:.1f} ± {ref['spread']:.1f}",
+             *(cell(ref[name]) for name in ("runs", "frames", "optimizer", "evaluation", "sticky_actions"))]
+        ) + " |"
         for ref in references
-    ]
+    ]  # fmt: skip
+
+
+def cell(text: object) -> str:
+    """``text`` as a Markdown table's cell: its | escaped and its line breaks spaces, so that it stays one cell."""
+    return " ".join(str(text).splitlines()).replace("|", "\\|")
 
 
 def main_job_markdown(report: dict[str, Any]) -> str:
@@ -1272,8 +1302,8 @@ def main_job_markdown(report: dict[str, Any]) -> str:
     for stop in (stop for attempt in report["attempts"] for stop in attempt["stops"]):
         lines.append(
             f"| {stop['attempt']} | {stop['start_step']:,} | {stop['stop_step']:,} | {stop['threads']} | "
-            f"{stop['seconds'] / 3600:.1f} | {stop['steps_per_second']:.0f} | {stop['commit']} | {stop['date']} | "
-            f"{stop['note']} |"
+            f"{stop['seconds'] / 3600:.1f} | {stop['steps_per_second']:.0f} | {cell(stop['commit'])} | "
+            f"{cell(stop['date'])} | {cell(stop['note'])} |"
         )
     return "\n".join(lines)
 
@@ -1285,7 +1315,7 @@ def evaluations_beside(runs: list[tuple[str, dict[str, Any]]]) -> list[str]:
     lines = [
         "| step |"
         + "".join(
-            f" {label}: evaluation, mean ± std [min, max] | {label}: mean of the {TRAINING_WINDOW} training games "
+            f" {cell(label)}: evaluation, mean ± std [min, max] | {cell(label)}: mean of the {TRAINING_WINDOW} training games "
             "before it |"
             for label, _ in runs
         ),
@@ -1300,6 +1330,8 @@ def evaluations_beside(runs: list[tuple[str, dict[str, Any]]]) -> list[str]:
                 continue
             cells.append(
                 f"{row['mean']:.1f} ± {row['std']:.1f} [{row['min']:g}, {row['max']:g}] ({row['games']} games)"
+                if row["games"] is not None
+                else f"{row['mean']:.1f} (its spread and games not logged)"
             )
             cells.append(
                 f"{row['training_mean']:.1f} ({row['training_games']} games)" if row["training_games"] else "-"
@@ -1312,27 +1344,36 @@ def evaluations_beside(runs: list[tuple[str, dict[str, Any]]]) -> list[str]:
 
 
 def beside_report(runs: list[Path], up_to: int | None = None, references: Path | None = None) -> dict[str, Any]:
-    """Runs up to step ``up_to`` (by default the first run's --steps): for each, its name (its folder under results/
-    where it is there), its recipe (its preset, or the defaults), game and evaluation epsilon, and ``run_progress``; and
-    the published scores of a references.csv, if given."""
-    up_to = up_to or int(read_config(runs[0])["steps"])
+    """Runs of one game up to step ``up_to`` (by default the first run's --steps): the game, and for each run its name
+    (its folder under results/ where it is there), its recipe (its preset, or the defaults), evaluation epsilon and
+    ``run_progress``; and the published scores of a references.csv of that game, if given. Runs of different games
+    are a RunLogError."""
+    configs = [checked_config(run) for run in runs]
+    games = {run: game_name(config["env"]) for run, config in zip(runs, configs, strict=True)}
+    if len(set(games.values())) > 1:
+        played = ", ".join(f"{run}: {game}" for run, game in games.items())
+        raise RunLogError(f"runs of different games ({played[:300]}): set one game's runs side by side")
+    up_to = up_to or configs[0]["steps"]
     reports = []
-    for run in runs:
-        config = read_config(run)
+    for run, config in zip(runs, configs, strict=True):
         try:
             name = str(run.resolve().relative_to(ROOT / "results"))
         except ValueError:
             name = str(run)
         recipe = f"--preset {config['preset']}" if config.get("preset") else "the defaults"
-        reports.append({"name": name, "recipe": recipe, "game": game_name(config["env"]),
-                        "eval_epsilon": config["eval_epsilon"], **run_progress(run, up_to=up_to)})  # fmt: skip
-    return {"up_to": up_to, "runs": reports, "references": read_references(references) if references else []}
+        reports.append({"name": name, "recipe": recipe, "eval_epsilon": config["eval_epsilon"],
+                        **run_progress(run, up_to=up_to)})  # fmt: skip
+    game = games[runs[0]]
+    return {"game": game, "up_to": up_to, "runs": reports,
+            "references": read_references(references, game) if references else []}  # fmt: skip
 
 
 def beside_markdown(report: dict[str, Any]) -> str:
     """``beside_report`` as Markdown: where each run stands at the step, the published scores beside them if any,
     then their evaluations side by side."""
     lines = [
+        f"{report['game']}: {len(report['runs'])} runs up to step {report['up_to']:,}.",
+        "",
         f"| run | recipe | step reached | last evaluation (step, games, epsilon) | mean of the last {TRAINING_WINDOW} "
         "training games | hours per million steps |",
         "|---|---|---|---|---|---|",
@@ -1340,13 +1381,17 @@ def beside_markdown(report: dict[str, Any]) -> str:
     for run in report["runs"]:
         last = run["evaluations"][-1] if run["evaluations"] else None
         evaluation = (
-            f"{last['mean']:.1f} ± {last['std']:.1f} (step {last['step']:,}, {last['games']} games, epsilon "
-            f"{run['eval_epsilon']:g})"
-            if last
-            else "-"
+            "-"
+            if last is None
+            else (
+                f"{last['mean']:.1f} ± {last['std']:.1f} (step {last['step']:,}, {last['games']} games, epsilon "
+                f"{run['eval_epsilon']:g})"
+                if last["games"] is not None
+                else f"{last['mean']:.1f} (step {last['step']:,}, epsilon {run['eval_epsilon']:g}; games not logged)"
+            )
         )
         lines.append(
-            f"| {run['name']} | {run['recipe']} | {run['step']:,} of {report['up_to']:,} | {evaluation} | "
+            f"| {cell(run['name'])} | {cell(run['recipe'])} | {run['step']:,} of {report['up_to']:,} | {evaluation} | "
             f"{run['training_mean']:.1f} ({run['training_games']} games) | {run['hours_per_million_steps']:.1f} |"
         )
     if report["references"]:
@@ -1358,6 +1403,5 @@ def beside_figure(report: dict[str, Any], runs: list[Path]) -> Figure:
     """``beside_report``'s runs drawn up to its step (``runs_figure``)."""
     names = [f"{run['name']} ({run['recipe']})" for run in report["runs"]]
     up_to = report["up_to"]
-    games = ", ".join(dict.fromkeys(run["game"] for run in report["runs"]))
-    title = f"{games}: {len(runs)} runs up to step {up_to:,}"
+    title = f"{report['game']}: {len(runs)} runs up to step {up_to:,}"
     return runs_figure(runs, names, up_to, "evaluations (each run's games and epsilon)", title, report["references"])

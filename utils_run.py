@@ -248,11 +248,27 @@ def read_config(run: Path) -> dict[str, Any]:
             raise RunLogError(f"{path}: not JSON ({error})") from None
         except RecursionError:  # Python's parser recurses once per level: a file nested 100,000 deep
             raise RunLogError(f"{path}: nested too deeply to be a run's configuration") from None
-        if isinstance(config, dict):
-            config = {name: NON_FINITE.get(value, value) if isinstance(value, str) else value
-                      for name, value in config.items()}  # fmt: skip
-        return config
+        if not isinstance(config, dict):
+            raise RunLogError(f"{path}: not a run's configuration (a JSON object of its options)")
+        return {name: NON_FINITE.get(value, value) if isinstance(value, str) else value
+                for name, value in config.items()}  # fmt: skip
     return load_newest_checkpoint(run)[1]["config"]
+
+
+def checked_config(run: Path) -> dict[str, Any]:
+    """``read_config``'s options with those every report relies on checked (steps a positive whole number, env a
+    name, eval_epsilon a probability); one that is not is a RunLogError naming the file."""
+    config = read_config(run)
+    steps, env, epsilon = (config.get(name) for name in ("steps", "env", "eval_epsilon"))
+    wrong = (
+        "steps" if not isinstance(steps, int) or isinstance(steps, bool) or steps <= 0
+        else "env" if not isinstance(env, str) or not env
+        else "eval_epsilon" if not isinstance(epsilon, int | float) or isinstance(epsilon, bool) or not 0 <= epsilon <= 1
+        else None
+    )  # fmt: skip
+    if wrong:
+        raise RunLogError(f"{run / CONFIG_FILE}: {wrong} is {repr(config.get(wrong))[:40]}, not a run's {wrong}")
+    return config
 
 
 class RunFolderError(Exception):

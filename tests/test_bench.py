@@ -272,7 +272,14 @@ def test_the_released_breakout_agent_loads_as_plain_weights_and_plays_its_evalua
 def write_attempt(folder, attempt, rewards, games):
     """An attempt's hand-made run folder under the main job's ``folder``: rewards.txt's lines, episodes.csv of
     ``games`` (step, score, length, epsilon, seconds), and config.json of 1,000 steps."""
-    return write_run(folder / f"attempt-{attempt}" / "Breakout-seed0", rewards, games, steps=1000)
+    return write_run(
+        folder / f"attempt-{attempt}" / "Breakout-seed0",
+        rewards,
+        games,
+        steps=1000,
+        env="ALE/Breakout-v5",
+        eval_epsilon=0.05,
+    )
 
 
 def write_run(run, rewards, games, **config):
@@ -300,7 +307,8 @@ def test_the_main_job_report_takes_its_figures_from_the_files(tmp_path):
         "1,400,1000,2,def,d2,\n2,0,250,2,ghi,d3,fresh machine\n"
     )
     (folder / "references.csv").write_text(
-        "# c\nname,score,spread,runs,frames,optimizer,evaluation,sticky_actions,source\nPaper,10,1,3 seeds,40M,o,e,none,s\n"
+        "# c\nname,game,score,spread,runs,frames,optimizer,evaluation,sticky_actions,source\n"
+        "Paper,Breakout,10,1,3 seeds,40M,o,e,none,s\n"
     )
     report = utils_results.main_job_report(folder)
     first, latest = report["attempts"]
@@ -431,6 +439,76 @@ def test_runs_side_by_side_are_cut_at_the_step_asked(tmp_path, capsys):
         with pytest.raises(SystemExit):
             bench.parse_args(flags)
         assert capsys.readouterr().err.endswith(f" error: {message}\n")  # argparse names the program
+
+
+def test_runs_side_by_side_read_their_files_as_the_rest_of_the_project_does(tmp_path, capsys):
+    """bench.py --beside on crafted or old files: a config.json that is not an object or lacks a valid steps, env or
+    eval_epsilon, a references CSV with a bad row (not a number, short, not UTF-8, out of range, inf, nan, another
+    game) and runs of different games each end in one line naming the file; an old three-column rewards.txt is read;
+    "step reached" is the run's step (a finished run's --steps, a run with no finished game its last evaluation's);
+    a | or a line break in a name stays in its cell."""
+    finished = write_run(
+        tmp_path / "a|b" / "Breakout-seed0", "  0        0 1.0 0.0 1.0 1.0 10 5\n  1     3000 4.0 1.0 3 5 10 9\n",
+        [(2829, 2.0, 50, 0.1, 30.0)], steps=3000, eval_epsilon=0.05, env="ALE/Breakout-v5",
+    )  # fmt: skip
+    old = write_run(
+        tmp_path / "old" / "Breakout-seed0", "  0        0 1.0\n  1     1500 7.0\n", [], steps=3000, eval_epsilon=0.05,
+        env="ALE/Breakout-v5",
+    )  # fmt: skip
+    references = tmp_path / "references.csv"
+    header = "name,game,score,spread,runs,frames,optimizer,evaluation,sticky_actions,source\n"
+    references.write_text(header + '"Paper | one\nline",Breakout,10,1,3 seeds,40M,o,e,none,s\n')
+
+    def shown(runs: list, path=None) -> str:
+        status = bench.beside_main(runs, None, path, None)
+        out, err = capsys.readouterr()
+        assert status == 0 and err == "", err
+        return out
+
+    def refused(runs: list, message: str, path=None) -> None:
+        status = bench.beside_main(runs, None, path, None)
+        assert (status, capsys.readouterr()) == (2, ("", f"bench.py: error: {message}\n"))
+
+    out = shown([finished, old], references)
+    assert out.startswith("Breakout: 2 runs up to step 3,000.\n")  # the game named
+    assert f"| {tmp_path}/a\\|b/Breakout-seed0 | the defaults | 3,000 of 3,000 | 4.0 ± 1.0 (step 3,000," in out
+    assert f"| {old} | the defaults | 1,500 of 3,000 | 7.0 (step 1,500, epsilon 0.05; games not logged) |" in out
+    assert "| 1,500 | - | - | 7.0 (its spread and games not logged) | - |" in out
+    assert "| Paper \\| one line | 10.0 ± 1.0 | 3 seeds |" in out
+    config = old / "config.json"
+    for text, message in (
+        ("[1, 2]", f"{config}: not a run's configuration (a JSON object of its options)"),
+        ('{"env": "ALE/Breakout-v5", "eval_epsilon": 0.05}', f"{config}: steps is None, not a run's steps"),
+        ('{"steps": 1e3, "env": "x", "eval_epsilon": 0}', f"{config}: steps is 1000.0, not a run's steps"),
+        ('{"steps": 10, "eval_epsilon": 0.05}', f"{config}: env is None, not a run's env"),
+        ('{"steps": 10, "env": "ALE/Breakout-v5", "eval_epsilon": 7}', f"{config}: eval_epsilon is 7, not a run's "
+         "eval_epsilon"),
+    ):  # fmt: skip
+        config.write_text(text)
+        refused([finished, old], message)
+    config.write_text('{"steps": 3000, "env": "ALE/Pong-v5", "eval_epsilon": 0.05}')
+    refused([finished, old], f"runs of different games ({finished}: Breakout, {old}: Pong): set one game's runs side "
+            "by side")  # fmt: skip
+    row = f"{references}: row 1 ('Paper')"
+    for line, message in (
+        ("Paper,Breakout,ten,1,3,40M,o,e,none,s", f"{row}: its score or spread is not a number"),
+        ("Paper,Breakout,10,1,3", f"{row}: fewer fields than the header names"),
+        ("Paper,Breakout,10,1,3,40M,o,e,none,s,extra", f"{row}: more fields than the header names"),
+        ("Paper,Breakout,1e308,1,3,40M,o,e,none,s", f"{row}: 1e308 ± 1 is not a published score (finite, under "
+         "1e+09, its spread not negative)"),
+        ("Paper,Breakout,-inf,1,3,40M,o,e,none,s", f"{row}: -inf ± 1 is not a published score (finite, under "
+         "1e+09, its spread not negative)"),
+        ("Paper,Breakout,10,nan,3,40M,o,e,none,s", f"{row}: 10 ± nan is not a published score (finite, under "
+         "1e+09, its spread not negative)"),
+        ("Paper,Pong,10,1,3,40M,o,e,none,s", f"{row}: a score of 'Pong', not of Breakout, the runs' game"),
+    ):  # fmt: skip
+        references.write_text(header + line + "\n")
+        refused([finished], message, references)
+    references.write_bytes(header.encode() + b"Paper,Breakout,10,1,3,40M,\xff\xfe,e,none,s\n")
+    status = bench.beside_main([finished], None, references, None)
+    out, err = capsys.readouterr()
+    assert status == 2 and err.startswith(f"bench.py: error: {references} is not a CSV text file (") and out == ""
+    assert err.count("\n") == 1
 
 
 def test_the_docs_show_the_games_at_once_figures_as_committed():

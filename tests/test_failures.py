@@ -799,20 +799,62 @@ def test_memory_is_checked_against_what_is_available_and_the_container_limit(tmp
 
     monkeypatch.setattr(utils_config, "available_memory", lambda: 2**30)
     message = error_line(capsys, ["--memory-size", "200000", "--out", str(tmp_path / "a")])
-    assert message.endswith("--memory-size 200,000 needs 1.3 GiB of RAM, 1.0 GiB is available here (free memory, "
-                            "within any container limit); choose a smaller one")  # fmt: skip
+    assert message.endswith(
+        "this run needs at least 1.4 GiB of RAM, 1.0 GiB is available here (free memory, within any container "
+        "limit): the replay memory 1.3 GiB (--memory-size 200,000); the network 61 MiB (--network nature, "
+        "--batch-size 32); 11 games 11 MiB (--envs, --eval-envs); lower the first"
+    )
     # Frames on the training device: refused by the device's free memory (here the CPU's, host RAM), with a way out.
     argv = ["--memory-size", "200000", "--memory-device", "device", "--device", "cpu", "--out", str(tmp_path / "c")]
     message = error_line(capsys, argv)
-    assert message.endswith("--memory-size 200,000 needs 1.3 GiB on cpu, 1.0 GiB is free there and 2 GiB stays for "
-                            "the networks; choose a smaller one or --memory-device host")  # fmt: skip
+    assert message.endswith("--memory-size 200,000 needs 1.3 GiB on cpu, 1.0 GiB is free there and 2.0 GiB stays "
+                            "for the networks; choose a smaller one or --memory-device host")  # fmt: skip
     assert not (tmp_path / "c").exists()
     pytest.importorskip("ray")
     message = error_line(
         capsys, ["--memory-size", "10000", "--learning-starts", "1000", "--actors", "20", "--out", str(tmp_path / "b")]
     )
-    assert "--memory-size 10,000 with --actors 20 needs 2.4 GiB of RAM" in message
+    assert message.endswith("of RAM, 1.0 GiB is available here (free memory, within any container limit): 20 Ape-X "
+                            "actors 2.4 GiB (--actors); the replay memory 67 MiB (--memory-size 10,000); the network "
+                            "61 MiB (--network nature, --batch-size 32); 10 games 10 MiB (--envs, --eval-envs); "
+                            "lower the first")  # fmt: skip
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_the_network_the_games_and_the_memory_are_sized_together_before_anything_is_made(tmp_path, monkeypatch, capsys):
+    """The network (its atoms too, Atari's as well as other environments'), the games of --envs and the replay
+    memory estimated together against the machine's memory before anything is built, the largest part and its flag
+    first (before: --atoms 1000000 passed every check; --envs 10000 built games for 10 minutes to 4 GB)."""
+    monkeypatch.setattr(utils_config, "available_memory", lambda: 2**30)
+    small = ["--memory-size", "100000", "--learning-starts", "2000", "--steps", "4000", "--eval-every", "2000"]
+    message = error_line(capsys, [*small, "--distributional", "--atoms", "1000000", "--out", str(tmp_path / "a")])
+    assert message == (
+        "main.py: error: this run needs at least 10.6 GiB of RAM, 1.0 GiB is available here (free memory, within any "
+        "container limit): the network 10.0 GiB (--network nature, --atoms 1,000,000, --batch-size 32); the replay "
+        "memory 0.7 GiB (--memory-size 100,000); 11 games 11 MiB (--envs, --eval-envs); lower the first"
+    )
+    message = error_line(capsys, [*small, "--envs", "2000", "--out", str(tmp_path / "b")])
+    assert message.endswith(": 2,010 games 2.0 GiB (--envs, --eval-envs); the replay memory 0.7 GiB (--memory-size "
+                            "100,000); the network 61 MiB (--network nature, --batch-size 32); lower the first")  # fmt: skip
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_stop_while_the_games_are_made_quits_at_once(tmp_path, monkeypatch, capsys):
+    """SIGTERM (or Ctrl-C) while --envs N games are being made quits at once, as nothing is trained yet: before, it
+    printed "Stopping after this step" and went on making all of them."""
+    made, make = [], main.make_env
+
+    def make_and_stop(args, seed):
+        made.append(seed)
+        if len(made) == 3:  # the third game: the handler runs here, before it is made
+            os.kill(os.getpid(), signal.SIGTERM)
+        return make(args, seed)
+
+    monkeypatch.setattr(main, "make_env", make_and_stop)
+    run = tmp_path / "run"
+    assert main.main([*TINY, "--envs", "50", "--steps", "500", "--eval-every", "250", "--out", str(run)]) == 130
+    assert len(made) == 3 and "Quit without saving" in capsys.readouterr().err
+    assert not list(run.glob("*.pt"))
 
 
 def test_a_device_out_of_memory_is_one_line_naming_the_last_checkpoint(tmp_path, monkeypatch, capsys):
@@ -1160,7 +1202,8 @@ def test_an_environment_that_misbehaves_in_an_evaluation_ends_in_one_line_and_a_
         ("NoRenderMode", ["--render"], "--render: misbehaving_envs:NoRenderMode cannot be made to render rgb_array "
          "images (TypeError: NoRenderMode.__init__() got an unexpected keyword argument 'render_mode'"),
         ("NoImages", ["--render"], "--render: misbehaving_envs:NoImages renders no rgb_array images: leave out --render"),
-        ("Huge", [], "--network nature on misbehaving_envs:Huge's 2000x2000 frames needs at least "),
+        ("Huge", [], "(--network nature, --batch-size 32 on misbehaving_envs:Huge's 2000x2000 frames: give it smaller "
+         "ones (gymnasium's ResizeObservation))"),
     ],
 )  # fmt: skip
 def test_what_an_environment_cannot_do_is_refused_before_anything_is_created(tmp_path, capsys, env, flags, message):
@@ -1257,10 +1300,16 @@ def test_a_checkpoints_network_that_is_not_its_settings_is_refused_in_one_line(s
         ({"max_episode_frames": 10**12}, "--max-episode-frames must be a multiple of 4"),  # ale-py's TypeError
         ({"eval_epsilon": 7.0}, "--eval-epsilon must be within [0, 1], got 7.0"),  # loaded silently
         ({"v_min": 5.0, "v_max": -5.0}, "--v-min 5.0 must be below --v-max -5.0"),  # loaded silently
+        ({"distributional": True, "atoms": 16 * 10**6, "v_min": -1e6, "v_max": 1e6}, "of RAM, "),  # was a traceback
     ],
-    ids=["noop-max", "network", "max-episode-frames", "eval-epsilon", "v-range"],
+    ids=["noop-max", "network", "max-episode-frames", "eval-epsilon", "v-range", "atoms"],
 )
-def test_load_agent_checks_the_saved_settings_as_evaluate_does(small_run, tmp_path, capsys, saved, reason):
+def test_load_agent_checks_the_saved_settings_as_evaluate_does(small_run, tmp_path, capsys, monkeypatch, saved, reason):
+    monkeypatch.setattr(utils_config, "available_memory", lambda: 2**30)  # the same line on any machine
     path = crafted_checkpoint(small_run, tmp_path / "crafted.pt", **saved)
     line, error = refusals_of_a_crafted_file(path, capsys)
-    assert reason in error and line == f"main.py: error: {error}"
+    if "atoms" in saved:  # the same network; main.py plays its --eval-episodes 1, the API its 10 games at once
+        network = "the network 30.6 GiB (--network nature, --atoms 16,000,000); "
+        assert network in line and f"{network}10 games 10 MiB (--envs, --eval-envs); lower the first" in error
+    else:
+        assert reason in error and line == f"main.py: error: {error}"

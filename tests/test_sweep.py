@@ -39,7 +39,8 @@ def write_rewards(folder: Path, scores: list[float], every: int = 100, preset: s
     folder.mkdir(parents=True)
     lines = [f"{index:3d} {index * every:8d} {score:.1f}" for index, score in enumerate(scores)]
     (folder / "rewards.txt").write_text("\n".join(lines) + "\n")
-    config = {"env": folder.name.rpartition("-seed")[0], "steps": (len(scores) - 1) * every, "preset": preset}
+    config = {"env": folder.name.rpartition("-seed")[0], "steps": (len(scores) - 1) * every, "preset": preset,
+              "eval_epsilon": 0.05}  # fmt: skip
     (folder / "config.json").write_text(json.dumps(config))
 
 
@@ -538,7 +539,7 @@ def test_the_report_takes_each_runs_game_and_steps_from_its_configuration(tmp_pa
     counted as finished, nor scored as another game."""
     write_rewards(tmp_path / "Pong-seed0", [-21.0, -5.0], every=2000)
     broken = {1: '{"env": "Pong", "steps": 40', 2: '{"env": "Pong", "steps": NaN}', 3: None,
-              4: '{"env": "Pong", "steps": Infinity}', 5: '{"env": "ALE/Breakout-v5", "steps": 2000}'}  # fmt: skip
+              4: '{"env": "Pong", "steps": Infinity}', 5: '{"env": "ALE/Breakout-v5", "steps": 2000, "eval_epsilon": 0.05}'}  # fmt: skip
     for seed, text in broken.items():
         write_rewards(tmp_path / f"Pong-seed{seed}", [-21.0, 3.0], every=2000)
         if text is None:
