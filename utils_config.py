@@ -243,9 +243,12 @@ PRESETS["der"] = {
     "beta_end": 0.5,
 }
 # Rainbow (Hessel et al. 2018): the values of the paper's Table 1, and where it gives none, of Dopamine's
-# dopamine/jax/agents/full_rainbow/configs/full_rainbow.gin (commit 5873f54), by line. The paper's protocol otherwise
-# (no sticky actions, up to 30 no-op frames); Dopamine adds sticky actions (line 32) and its noisy layers start at
-# sigma0 0.1 (networks.py, line 504).
+# dopamine/jax/agents/full_rainbow/configs/full_rainbow.gin (commit 5873f54), by line. Of the paper's protocol: no
+# sticky actions (Dopamine adds them, line 32) and up to 30 no-op frames (its "no-ops" starts). Dopamine's: a lost
+# life is no terminal (the paper does not say; DeepMind's DQN, Mnih et al. 2015, ended a training episode there, as
+# Dopamine's atari_lib.py lines 193-194 note). This project's: the FIRE press, which neither the paper nor Dopamine's
+# AtariPreprocessing makes (Dopamine presses FIRE in its PPO preprocessing alone, atari_lib.py lines 145-146).
+# Dopamine's noisy layers start at sigma0 0.1 (networks.py, line 504), the paper's at 0.5.
 PRESETS["rainbow"] = {
     "steps": 50_000_000,  # 200M frames (the paper; full_rainbow.gin lines 36-37: 200 iterations of 250,000 steps)
     "memory_size": 1_000_000,  # ReplayBuffer.max_capacity (line 41)
@@ -274,6 +277,7 @@ PRESETS["rainbow"] = {
     "augment": "none",
     "sticky_actions": 0.0,
     "life_loss_terminal": False,  # Dopamine's AtariPreprocessing default (dopamine/discrete_domains/atari_lib.py, line 184)
+    "fire_reset": True,  # this project's default, kept (see above)
     "max_episode_frames": 108_000,  # Runner.max_steps_per_episode, 27,000 steps (line 39)
     "eval_epsilon": 0.001,  # epsilon_eval (line 15)
 }

@@ -31,9 +31,12 @@ class Agent:
     uniform and prioritized replay both plug in without changing it.
 
     With noisy layers (``noisy_sigma0``) the noise is drawn from the agent's own generator: anew for
-    each action selection, and for each learning step (one draw for the online network, used for both
-    its passes, another for the target network), as Rainbow; evaluations act on the mean weights
-    (``noise=False``), as Dopamine evaluates.
+    each action selection, and for each learning step one draw for the online network, used for both
+    its passes (the loss's and Double DQN's choice at the next states), another for the target network.
+    Hessel et al. (2018) do not say how the draws are shared; Dopamine's full Rainbow shares one between
+    the target network and the online choice, and draws another for the loss
+    (``dopamine/jax/agents/full_rainbow/full_rainbow_agent.py`` lines 141, 156 and 220-223, commit
+    5873f54). Evaluations act on the mean weights (``noise=False``), as Dopamine evaluates.
     """
 
     def __init__(

@@ -10,7 +10,9 @@ the gradient step, CUDA graphs, checkpoints. A new head is one class here and it
 - ``ScalarHead``: one value per action (DQN, Mnih et al. 2015): the n-step TD target, a Huber or squared
   loss, the absolute TD error as priority (Schaul et al. 2016).
 - ``CategoricalHead``: C51 (Bellemare et al. 2017): a distribution over ``atoms`` fixed returns, the target
-  distribution projected onto them, a cross-entropy loss, which is also the priority (Hessel et al. 2018).
+  distribution projected onto them, a cross-entropy loss, which is also the priority as in Dopamine's Rainbow
+  (``dopamine/agents/rainbow/rainbow_agent.py`` lines 265 and 285-286, commit 8842298; Hessel et al. 2018 prioritize
+  by the KL divergence, which is the cross-entropy less the target's entropy).
 """
 
 from __future__ import annotations

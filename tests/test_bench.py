@@ -388,6 +388,12 @@ def test_the_docs_show_rainbows_check_beside_the_main_job_as_its_committed_files
     report = utils_results.beside_report([ROOT / run for run in arguments.beside], None, ROOT / arguments.references)
     assert shown == utils_results.beside_markdown(report) + "\n" and report["up_to"] == 2_000_000
     assert "| Dopamine JAX DQN, at 8M frames | 38.3 ± 2.9 | 5 seeds | 8M |" in shown  # the published scores beside
+    assert "| Dopamine classic DQN, at 8M frames | 16.3 ± 1.8 | 5 seeds | 8M |" in shown  # both of Dopamine's DQNs
+    # The preset's row says what it runs and whose each choice is, not "the paper's protocol".
+    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| `rainbow` |"))
+    assert "the paper's protocol" not in row and "this project's: the FIRE press" in row
+    assert "Dopamine's: a lost life is no terminal" in row and "Dopamine's cross-entropy" in row
+    assert "Adam's epsilon is 1e-8 in the defaults" in text and "classic DQN 16.3 ± 1.8" in text
     assert "(rainbow_2m_curve.png)" in text and (ROOT / "docs" / "rainbow_2m_curve.png").exists()
 
 

@@ -419,6 +419,7 @@ def test_a_preset_sets_its_recipe_and_flags_beside_it_override(tmp_path):
     assert (rainbow.steps, rainbow.lr, rainbow.n_step, rainbow.noisy_sigma0, rainbow.target_every) == (
         2_000_000, 6.25e-5, 3, 0.5, 8000,
     )  # fmt: skip
+    assert rainbow.fire_reset and not rainbow.life_loss_terminal  # this project's FIRE press; Dopamine's lives
     assert utils_config.parse_config(["--preset", "der", "--env", "Pong"])[0].out == "runs/Pong-seed0-der"
     assert utils_config.parse_config(["--distributional", "--noisy"])[0].out == "runs/Breakout-seed0-c51-noisy"
     # Every switch has its --no- form, which turns a preset's switch off.
