@@ -65,6 +65,7 @@ class TrainedAgent:
         self.config = saved_playback_options(checkpoint["config"], trusted_env=trust_env is True)
         self.step: int = checkpoint["run"]["step"]
         self._saved_config = checkpoint["config"]  # as the run wrote it, for save
+        self._saved_versions = checkpoint.get("versions")  # what it was trained on (none in older runs), for save
         game = main.make_env(self.config, 0)
         self.n_actions = game.n_actions
         # A gymnasium environment's observations become the agent's states as in training.
@@ -98,13 +99,15 @@ class TrainedAgent:
         return self._agent.act(frames, epsilon, self._rng, noise=False)
 
     def save(self, path: str | Path) -> None:
-        """Write the network alone, with the run's settings and step, as a checkpoint that ``load_agent`` and
+        """Write the network alone, with the run's settings, step and versions, as a checkpoint that ``load_agent`` and
         ``main.py --evaluate`` play (about 7 MB for the Nature network; no optimizer, target network, generators or
         games in progress, so it cannot resume training): the file to release a trained agent as. Plain tensors
         and values, loadable with ``torch.load(path, weights_only=True)``; written atomically."""
         online = {name: tensor.detach().cpu().clone() for name, tensor in self._agent.online.state_dict().items()}
+        versions = {"versions": self._saved_versions} if isinstance(self._saved_versions, dict) else {}
         save_checkpoint(
-            Path(path), {"config": self._saved_config, "run": {"step": self.step}, "agent": {"online": online}}
+            Path(path),
+            {"config": self._saved_config, "run": {"step": self.step}, "agent": {"online": online}, **versions},
         )
 
     def env_options(self) -> dict[str, Any]:

@@ -101,11 +101,13 @@ from dqn_atari.utils_run import (
     reconcile_with_checkpoint,
     remove_leftovers,
     rewards_line,
+    run_versions,
     save_checkpoint,
     save_config,
     save_memory,
     settle_memory,
     start_log,
+    versions_note,
 )
 from dqn_atari.utils_types import Batch, EvalResult, FinishedGames, GameResult, Progress, StackRule
 from dqn_atari.utils_workers import GameWorkers, RemoteGame
@@ -450,6 +452,10 @@ class Trainer:
         remove_leftovers(out)
         device = pick_device(args.device)
         threads = use_threads(learner_threads(args))
+        self.versions = run_versions(threads)
+        note = versions_note(checkpoint.get("versions"), self.versions) if checkpoint is not None else None
+        if note:
+            print(f"Note: {note}", flush=True)
         frames_on_device = memory_on_device(args)
         where = f"replay memory on {device}" if frames_on_device else "replay memory in host RAM"
         print(
@@ -542,7 +548,7 @@ class Trainer:
         self.progress.threads = threads
         self.saved_step = self.progress.step
         self.config = {k: v for k, v in vars(args).items() if k != "resume"}
-        save_config(out, self.config)
+        save_config(out, {**self.config, "versions": self.versions})
         start_log(out / EPISODES_FILE, self.progress.step)
         if isinstance(self.memory, PrioritizedReplayMemory):
             start_log(out / HEALTH_FILE, self.progress.step, HEALTH_HEADER)
@@ -689,6 +695,7 @@ class Trainer:
                 "players": [player.state_dict() for player in self.players] or None,  # Ape-X: actors start new games
                 "torch_rng": torch.get_rng_state(),
                 "rewards_line": line,
+                "versions": self.versions,
             },
         )
         if args.save_memory:

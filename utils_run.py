@@ -5,7 +5,8 @@
 - ``memory_health.csv`` (prioritized replay): the sum tree checked at each evaluation (``MemoryHealth``).
 - ``model_NNN.pt``: the checkpoint of evaluation NNN, carrying that evaluation's rewards.txt line;
   ``model_interrupted.pt``: the checkpoint of a run stopped with Ctrl-C.
-- ``config.json``: the run's options, as its checkpoints hold them (a small text copy, for reports).
+- ``config.json``: the run's options, as its checkpoints hold them (a small text copy, for reports), and under
+  ``versions`` what its numbers depend on besides (``run_versions``), as each checkpoint holds it too.
 - ``memory.pt``: the replay memory at the latest checkpoint (``--save-memory``); ``memory_<step>.pt``: the
   memory of a checkpoint being written (``save_memory``, ``settle_memory``).
 - ``.lock``: held by the one process that trains in the folder.
@@ -22,13 +23,16 @@ import contextlib
 import dataclasses
 import errno
 import fcntl
+import importlib.metadata
 import io
 import json
 import math
 import os
+import platform
 import re
 import secrets
 import shutil
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -237,9 +241,70 @@ def save_config(run: Path, config: dict[str, Any]) -> None:
     write_atomically(run / CONFIG_FILE, (json.dumps(strict, indent=1, sort_keys=True, allow_nan=False) + "\n").encode())
 
 
+def run_versions(threads: int) -> dict[str, str]:
+    """What a run's numbers depend on besides its options: this code (its git commit, ``-dirty`` with uncommitted
+    changes, or the installed package's version), Python, torch and its build, numpy, gymnasium, ale-py, numba, the
+    CPU and the learner's threads."""
+    versions = {
+        "code": code_version(),
+        "python": platform.python_version(),
+        "torch": str(torch.__version__),  # a TorchVersion, which weights_only loading refuses
+        "torch_build": f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU",
+    }
+    for package in ("numpy", "gymnasium", "ale-py", "numba"):
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    return {**versions, "cpu": cpu_model(), "threads": str(threads)}
+
+
+def code_version() -> str:
+    """'commit <hash>[-dirty]' in a git checkout, else 'dqn-atari <version>' where installed, else 'unknown'."""
+    root = Path(__file__).resolve().parent
+    if (root / ".git").exists():
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            described = subprocess.run(
+                ["git", "-C", str(root), "describe", "--always", "--dirty", "--abbrev=12"],
+                capture_output=True, text=True, timeout=30, check=True,
+            ).stdout.strip()  # fmt: skip
+            return f"commit {described}"
+    try:
+        return f"dqn-atari {importlib.metadata.version('dqn-atari')}"
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def cpu_model() -> str:
+    """The CPU's model name as Linux gives it, else what the platform says."""
+    with contextlib.suppress(OSError, StopIteration):
+        line = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
+        return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def versions_note(saved: object, now: dict[str, str]) -> str | None:
+    """One line naming how the versions a checkpoint was saved with (``run_versions``') differ from ``now``; None
+    where they agree, or where the checkpoint records none (older runs)."""
+    if not isinstance(saved, dict):
+        return None
+    differing = [
+        f"{name} {str(saved[name])[:40]}, now {value}"
+        for name, value in now.items()
+        if name in saved and saved[name] != value
+    ]
+    if not differing:
+        return None
+    more = f"; and {len(differing) - 3} more" if len(differing) > 3 else ""
+    return (
+        f"the checkpoint was saved with other versions ({'; '.join(differing[:3])}{more}): the run goes on, but a "
+        "resume is exact only on the same ones"
+    )
+
+
 def read_config(run: Path) -> dict[str, Any]:
     """The run's options: config.json (as ``save_config`` writes it, or with Infinity as versions before
-    it did), or for runs older than it the newest checkpoint's."""
+    it did; its ``versions`` left out), or for runs older than it the newest checkpoint's."""
     path = run / CONFIG_FILE
     if path.is_file():
         try:
@@ -251,7 +316,7 @@ def read_config(run: Path) -> dict[str, Any]:
         if not isinstance(config, dict):
             raise RunLogError(f"{path}: not a run's configuration (a JSON object of its options)")
         return {name: NON_FINITE.get(value, value) if isinstance(value, str) else value
-                for name, value in config.items()}  # fmt: skip
+                for name, value in config.items() if name != "versions"}  # fmt: skip
     return load_newest_checkpoint(run)[1]["config"]
 
 

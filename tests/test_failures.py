@@ -165,6 +165,43 @@ def copy_run(source: Path, target: Path) -> Path:
     return target
 
 
+def test_a_run_records_its_versions_and_a_resume_on_others_says_so(small_run, tmp_path, capsys):
+    """config.json and every checkpoint (a released agent's too) hold the code's commit, Python, torch and its build,
+    numpy, gymnasium, ale-py, numba, the CPU and the threads; the options read back leave them out; a resume on other
+    versions says so in one note (a resume is exact only on the same ones), on the same ones says nothing."""
+    import platform
+
+    from dqn_atari import dqn
+
+    versions = json.loads((small_run / "config.json").read_text())["versions"]
+    assert sorted(versions) == sorted([
+        "code", "python", "torch", "torch_build", "numpy", "gymnasium", "ale-py", "numba", "cpu", "threads",
+    ])  # fmt: skip
+    assert (versions["python"], versions["torch"], versions["numpy"]) == (
+        platform.python_version(), torch.__version__, np.__version__,
+    )  # fmt: skip
+    assert versions["torch_build"] == (f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU")
+    assert versions["code"].startswith(("commit ", "dqn-atari ")) and versions["threads"] == str(
+        torch.get_num_threads()
+    )
+    assert utils_run.load_checkpoint(small_run / "model_002.pt")["versions"] == versions
+    assert "versions" not in utils_run.read_config(small_run)
+    dqn.load_agent(small_run).save(tmp_path / "agent.pt")
+    assert utils_run.load_checkpoint(tmp_path / "agent.pt")["versions"] == versions
+    capsys.readouterr()
+    assert main.main(["--resume", str(copy_run(small_run, tmp_path / "same")), "--steps", "300"]) == 0
+    assert "other versions" not in capsys.readouterr().out
+    run = copy_run(small_run, tmp_path / "other")
+    checkpoint = utils_run.load_checkpoint(run / "model_002.pt")
+    checkpoint["versions"] = {**versions, "torch": "2.0.0+cpu", "numpy": "1.26.4"}
+    utils_run.save_checkpoint(run / "model_002.pt", {k: v for k, v in checkpoint.items() if k != "format"})
+    assert main.main(["--resume", str(run), "--steps", "300"]) == 0
+    assert [line for line in capsys.readouterr().out.splitlines() if "other versions" in line] == [
+        f"Note: the checkpoint was saved with other versions (torch 2.0.0+cpu, now {torch.__version__}; numpy 1.26.4, "
+        f"now {np.__version__}): the run goes on, but a resume is exact only on the same ones"
+    ]
+
+
 def test_resume_and_evaluate_refuse_flags_that_contradict_the_run(small_run, capsys, tmp_path):
     line = error_line(capsys, ["--resume", str(small_run), "--steps", "300", "--out", str(tmp_path / "elsewhere")])
     assert f"--out {tmp_path / 'elsewhere'} is not --resume {small_run}" in line
