@@ -60,7 +60,6 @@ from dqn_atari.utils_config import (
 )
 from dqn_atari.utils_drl import Agent, linear_schedule
 from dqn_atari.utils_env import (
-    ATARI_DEFAULTS_NOTE,
     GYM_ENV_NOTE,
     AtariEnv,
     EmulatorStateError,
@@ -70,6 +69,7 @@ from dqn_atari.utils_env import (
     Player,
     SeededGames,
     SerialGames,
+    atari_defaults_note,
     env_label,
     episode_steps,
     evaluate,
@@ -468,8 +468,9 @@ class Trainer:
         env = make_env(args, args.seed)
         if isinstance(env, GymEnv):
             print(f"Note: {GYM_ENV_NOTE}", flush=True)
-            if args.preset is None:
-                print(f"Note: {ATARI_DEFAULTS_NOTE}", flush=True)
+            note = atari_defaults_note(vars(args), learning_defaults()) if args.preset is None else None
+            if note:
+                print(f"Note: {note}", flush=True)
         self.agent = Agent(env.n_actions, device, seed=args.seed, **agent_options(args, env))
         # A checkpoint holds the online and target weights and Adam's two moments; with --save-memory, the
         # new replay memory (up to a full one) is written before the old one is deleted.

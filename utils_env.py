@@ -397,10 +397,24 @@ GYM_ENV_NOTE = (
     "starts a new episode"
 )
 
-ATARI_DEFAULTS_NOTE = (
-    "the defaults are Atari's (50,000 random steps, epsilon annealed over 1,000,000 steps, rewards clipped to "
-    "their sign); for MinAtar's games, --preset minatar gives MinAtar's own DQN settings"
-)
+# The defaults made for Atari games that another environment's run keeps where they are not given: how each reads.
+ATARI_DEFAULTS = {
+    "learning_starts": "{:,} random steps",
+    "eps_decay_steps": "epsilon annealed over {:,} steps",
+    "clip_rewards": "rewards clipped to their sign",
+}
+
+
+def atari_defaults_note(options: dict[str, Any], defaults: dict[str, Any]) -> str | None:
+    """For a run of another environment than Atari's, without a preset: which of ATARI_DEFAULTS its ``options``
+    keep at ``defaults`` (those its user did not change), and the preset made for MinAtar; None if it keeps none."""
+    kept = [text.format(options[name]) for name, text in ATARI_DEFAULTS.items() if options[name] == defaults[name]]
+    if not kept:
+        return None
+    return (
+        f"these defaults are Atari's ({', '.join(kept)}); for MinAtar's games, --preset minatar gives MinAtar's own "
+        "DQN settings"
+    )
 
 
 def episode_steps(max_episode_frames: int) -> int:

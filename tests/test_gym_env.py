@@ -14,12 +14,13 @@ from gymnasium.envs.registration import EnvSpec
 from gymnasium.wrappers import FrameStackObservation, ResizeObservation, TransformObservation
 
 from dqn_atari import dqn, main
-from dqn_atari.utils_config import build_parser, parse_config
+from dqn_atari.utils_config import build_parser, learning_defaults, parse_config
 from dqn_atari.utils_drl import Agent
 from dqn_atari.utils_env import (
     EvaluationStopped,
     FrameStack,
     GymEnv,
+    atari_defaults_note,
     frame_stacker,
     register_plugin_envs,
     resolve_env_id,
@@ -48,7 +49,11 @@ def test_a_minatar_game_learns_from_the_command_line(tmp_path, capsys):
     )
     out = capsys.readouterr().out
     assert "Note: no-op starts, FIRE presses, lives and a resume within a game are Atari's" in out
-    assert "Note: the defaults are Atari's" in out and "--preset minatar" in out  # none was given
+    # Of the defaults made for Atari, the note names the one this command keeps (it gives --learning-starts and
+    # --eps-decay-steps).
+    assert (
+        "Note: these defaults are Atari's (rewards clipped to their sign); for MinAtar's games, --preset minatar" in out
+    )
     untrained, trained = scores(run)
     # A uniformly random paddle breaks about half a brick a game (the first games of episodes.csv).
     random_play = read_episodes(run / "episodes.csv")[:50, 1].mean()
@@ -56,6 +61,16 @@ def test_a_minatar_game_learns_from_the_command_line(tmp_path, capsys):
     assert trained >= 2.5, f"mean score {trained} after 4,000 steps (untrained {untrained}, random {random_play:.2f})"
     config = json.loads((run / "config.json").read_text())
     assert config["env"] == MINATAR and config["network"] == "minatar"
+
+
+def test_the_atari_defaults_note_names_only_the_defaults_a_run_keeps():
+    defaults = learning_defaults()
+    assert atari_defaults_note(defaults, defaults) == (
+        "these defaults are Atari's (50,000 random steps, epsilon annealed over 1,000,000 steps, rewards clipped to "
+        "their sign); for MinAtar's games, --preset minatar gives MinAtar's own DQN settings"
+    )
+    changed = {**defaults, "learning_starts": 500, "eps_decay_steps": 2000, "clip_rewards": False}
+    assert atari_defaults_note(changed, defaults) is None  # every one given: no note
 
 
 def test_a_gymnasium_env_object_trains_from_python_with_one_frame_per_step_in_memory(tmp_path):
