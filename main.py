@@ -97,6 +97,7 @@ from dqn_atari.utils_run import (
     health_line,
     load_memory,
     load_newest_checkpoint,
+    markdown_table,
     prune_checkpoints,
     reconcile_with_checkpoint,
     remove_leftovers,
@@ -554,6 +555,9 @@ class Trainer:
         if isinstance(self.memory, PrioritizedReplayMemory):
             start_log(out / HEALTH_FILE, self.progress.step, HEALTH_HEADER)
         self.writer = open_tensorboard(out, self.progress.step) if args.tensorboard else None
+        if self.writer:  # at each start, as a resume may change some options and run on other versions
+            self.writer.add_text("hyperparameters", markdown_table(self.config), self.progress.step)
+            self.writer.add_text("versions", markdown_table(self.versions), self.progress.step)
         self.bar: tqdm | None = None
 
     def wall_seconds(self) -> float:

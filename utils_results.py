@@ -29,6 +29,7 @@ from dqn_atari.utils_run import (
     REWARDS_FILE,
     CheckpointError,
     RunLogError,
+    cell,
     checked_config,
     describe_os_error,
     read_config,
@@ -1278,11 +1279,6 @@ def reference_rows(references: list[dict[str, Any]]) -> list[str]:
         ) + " |"
         for ref in references
     ]  # fmt: skip
-
-
-def cell(text: object) -> str:
-    """``text`` as a Markdown table's cell: its | escaped and its line breaks spaces, so that it stays one cell."""
-    return " ".join(str(text).splitlines()).replace("|", "\\|")
 
 
 def main_job_markdown(report: dict[str, Any]) -> str:

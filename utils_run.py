@@ -241,6 +241,17 @@ def save_config(run: Path, config: dict[str, Any]) -> None:
     write_atomically(run / CONFIG_FILE, (json.dumps(strict, indent=1, sort_keys=True, allow_nan=False) + "\n").encode())
 
 
+def markdown_table(values: dict[str, Any]) -> str:
+    """``values`` as a two-column Markdown table, a row each (TensorBoard's text panel shows it, as CleanRL's
+    hyperparameters)."""
+    return "|name|value|\n|-|-|\n" + "".join(f"|{cell(name)}|{cell(value)}|\n" for name, value in values.items())
+
+
+def cell(text: object) -> str:
+    """``text`` as a Markdown table's cell: its | escaped and its line breaks spaces, so that it stays one cell."""
+    return " ".join(str(text).splitlines()).replace("|", "\\|")
+
+
 def run_versions(threads: int) -> dict[str, str]:
     """What a run's numbers depend on besides its options: this code (its git commit, ``-dirty`` with uncommitted
     changes, or the installed package's version), Python, torch and its build, numpy, gymnasium, ale-py, numba, the

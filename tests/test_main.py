@@ -365,6 +365,12 @@ def test_tensorboard_scalars_and_the_memory_health_log(tmp_path, monkeypatch, ca
     expected = {"eval/score", "train/episode_score", "train/loss", "train/mean_q", "train/epsilon"}
     assert expected | {"train/steps_per_second", "train/beta", "memory/relative_error", "memory/max_weight"} <= tags
     assert [event.step for event in events.Scalars("eval/score")] == [0, 150, 300, 350]  # the final one too
+    texts = {tag: events.Tensors(tag)[0].tensor_proto.string_val[0].decode() for tag in events.Tags()["tensors"]}
+    assert (
+        "|lr|0.0001|" in texts["hyperparameters/text_summary"]
+        and "|prioritized|True|" in texts["hyperparameters/text_summary"]
+    )  # as CleanRL's table
+    assert f"|torch|{torch.__version__}|" in texts["versions/text_summary"]
     health = read_log(run / HEALTH_FILE, HEALTH_HEADER)  # step 0's memory is empty: no line
     assert health[:, 0].tolist() == [150, 300, 350] and (health[:, 3] < 1e-12).all()  # relative error
     np.testing.assert_allclose(health[:, 1], health[:, 2], rtol=1e-12)  # the root against its leaves
