@@ -9,6 +9,8 @@ observation, reward, terminated, truncated, info = env.step(agent.act(observatio
 
 run = dqn.train(env="Pong", preset="cleanrl-short", steps=3000, out="runs/pong")  # main.py's flags as arguments
 run.folder, run.agent                                 # the run folder and its trained agent
+dqn.train(env="Pong", callback=lambda event: not (event.kind == "evaluation" and min(event.scores) > 20))
+                                                      # called at each game, evaluation, checkpoint: False stops
 dqn.train(env="MinAtar/Breakout-v1", network="minatar")  # any gymnasium environment: an id, or gymnasium.make's env
 gymnasium.make("dqn/Atari-v0", game="Pong")          # the Atari environment alone, registered with gymnasium
 """
@@ -16,6 +18,7 @@ gymnasium.make("dqn/Atari-v0", game="Pong")          # the Atari environment alo
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -47,6 +50,7 @@ from dqn_atari.utils_env import (
     saved_env_refusal,
 )
 from dqn_atari.utils_run import playable_checkpoint, save_checkpoint
+from dqn_atari.utils_types import RunEvent
 
 gymnasium.register(id="dqn/Atari-v0", entry_point="dqn_atari.utils_env:AtariGymEnv")
 register_plugin_envs()  # installed packages' ids (MinAtar's), which gymnasium.make does not load by itself
@@ -171,13 +175,16 @@ class TrainedRun(NamedTuple):
     agent: TrainedAgent  # its newest checkpoint's agent, ready to act
 
 
-def train(**options: Any) -> TrainedRun:
+def train(callback: Callable[[RunEvent], Any] | None = None, **options: Any) -> TrainedRun:
     """Train exactly as ``python main.py`` with these flags (``preset="atari100k"``, ``n_step=3``,
     ``double=True``, ``fire_reset=False``, ``resume="runs/x"``); return the run folder and its
     trained agent. ``env`` is a name or id as ``--env`` takes it, or an environment that
     ``gymnasium.make`` made (wrappers included: its spec, saved in the run's config, makes new ones
-    for evaluations and resumes). Bad options raise ValueError with main.py's one line; a failed or
-    stopped run raises RuntimeError."""
+    for evaluations and resumes). ``callback(event)`` is called at each finished training game, evaluation and
+    checkpoint with a ``RunEvent`` (its kind, step, run folder, scores, checkpoint); returning False stops the
+    run as Ctrl-C does (a checkpoint is written; ``resume`` goes on from it) and returns what it has, as
+    Stable-Baselines3's callbacks stop by returning False. Bad options raise ValueError with main.py's one line; a
+    failed run, or one stopped otherwise, raises RuntimeError."""
     if options.get("evaluate") is not None:
         raise ValueError("evaluate: dqn.train trains; to play a checkpoint, dqn.load_agent(path).evaluate()")
     if isinstance(options.get("env"), gymnasium.Env):
@@ -194,8 +201,16 @@ def train(**options: Any) -> TrainedRun:
             argv += [flag, str(value)]
     with refusals_as_value_errors():
         args, checkpoint = parse_config(argv)
-    summary = main.train(args, checkpoint)
-    if summary.exit_code != 0:
+    asked_to_stop = False
+
+    def told(event: RunEvent) -> Any:
+        nonlocal asked_to_stop
+        answer = callback(event) if callback is not None else None
+        asked_to_stop = asked_to_stop or answer is False
+        return answer
+
+    summary = main.train(args, checkpoint, told)
+    if summary.exit_code != 0 and not (summary.exit_code == 130 and asked_to_stop):
         raise RuntimeError(f"training stopped with exit status {summary.exit_code}; its reason was printed above")
     return TrainedRun(Path(args.out), load_agent(args.out, trust_env=True))  # its environment: the one given
 

@@ -110,7 +110,7 @@ from dqn_atari.utils_run import (
     start_log,
     versions_note,
 )
-from dqn_atari.utils_types import Batch, EvalResult, FinishedGames, GameResult, Progress, StackRule
+from dqn_atari.utils_types import Batch, EvalResult, FinishedGames, GameResult, Progress, RunEvent, StackRule
 from dqn_atari.utils_workers import GameWorkers, RemoteGame
 
 EvalMachine = AtariEnv | GymEnv | RemoteGame  # an evaluation's game machine: here, or in a worker process
@@ -304,14 +304,18 @@ def play_checkpoint(args: argparse.Namespace, checkpoint: dict[str, Any]) -> int
     return 0
 
 
-def train(args: argparse.Namespace, checkpoint: dict[str, Any] | None) -> TrainSummary:
+def train(
+    args: argparse.Namespace, checkpoint: dict[str, Any] | None, callback: Callable[[RunEvent], Any] | None = None
+) -> TrainSummary:
     """Train (or continue training) the run that ``parse_config`` set up, holding its folder's
-    lock. A failure ends in one line on stderr, with the folder as the last checkpoint left it."""
+    lock. A failure ends in one line on stderr, with the folder as the last checkpoint left it. ``callback`` (the
+    Python API's) is told of each finished game, evaluation and checkpoint; where it returns False, the run stops
+    as at a Ctrl-C (a checkpoint, exit code 130)."""
     out = Path(args.out)
     keep_freed_memory()  # for every tensor the learning step allocates (see utils_config)
     try:
         with RunLock(out), StopRequest() as stop:
-            return run_training(args, checkpoint, stop)
+            return run_training(args, checkpoint, stop, callback)
     except KeyboardInterrupt:  # the second Ctrl-C
         print(f"Quit without saving; {last_checkpoint(out)}", file=sys.stderr, flush=True)
         return TrainSummary(130, 0, math.nan)
@@ -332,8 +336,13 @@ def train(args: argparse.Namespace, checkpoint: dict[str, Any] | None) -> TrainS
     return TrainSummary(1, 0, math.nan)
 
 
-def run_training(args: argparse.Namespace, checkpoint: dict[str, Any] | None, stop: StopRequest) -> TrainSummary:
-    run = Trainer(args, checkpoint, stop)
+def run_training(
+    args: argparse.Namespace,
+    checkpoint: dict[str, Any] | None,
+    stop: StopRequest,
+    callback: Callable[[RunEvent], Any] | None = None,
+) -> TrainSummary:
+    run = Trainer(args, checkpoint, stop, callback)
     try:
         if not args.actors:
             try:
@@ -447,8 +456,14 @@ class Trainer:
     replay memory, the run folder's checkpoints and logs, and what each agent step brings
     (learning on schedule, target syncs, evaluations, the progress bar)."""
 
-    def __init__(self, args: argparse.Namespace, checkpoint: dict[str, Any] | None, stop: StopRequest) -> None:
-        self.args, self.stop, self.checkpoint = args, stop, checkpoint
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        checkpoint: dict[str, Any] | None,
+        stop: StopRequest,
+        callback: Callable[[RunEvent], Any] | None = None,
+    ) -> None:
+        self.args, self.stop, self.checkpoint, self.callback = args, stop, checkpoint, callback
         self.out = out = Path(args.out)
         remove_leftovers(out)
         device = pick_device(args.device)
@@ -596,6 +611,7 @@ class Trainer:
             if self.writer:
                 self.writer.add_scalar("train/episode_score", game.score, progress.step)
                 self.writer.add_scalar("train/episode_length", game.length, progress.step)
+            self.tell("game", scores=(game.score,))
         if not args.learn_while_playing:  # else done as the step's round played (learn_round)
             self.learn_and_sync(progress.step, learn)
         if progress.step == args.learning_starts:
@@ -706,6 +722,7 @@ class Trainer:
         if args.save_memory:
             settle_memory(self.out, progress.step)
         self.saved_step = progress.step
+        self.tell("checkpoint", checkpoint=path)
 
     def save_interrupted(self) -> None:
         if self.in_round:  # a failure inside a round: its games (or its learning) have moved past the step count
@@ -762,6 +779,15 @@ class Trainer:
             self.log_memory_health()
         if self.args.keep_checkpoints:
             prune_checkpoints(self.out, self.args.keep_checkpoints)
+        self.tell("evaluation", scores=tuple(map(float, result.scores)))
+
+    def tell(self, kind: str, **details: Any) -> None:
+        """Tell the callback (``dqn.train``'s) what happened; where it returns False, stop as at a Ctrl-C."""
+        if (
+            self.callback is not None
+            and self.callback(RunEvent(kind, self.progress.step, self.out, **details)) is False
+        ):
+            self.stop.requested = True
 
     def log_memory_health(self) -> None:
         """The prioritized memory checked at an evaluation (memory_health.csv, standard output, TensorBoard), so

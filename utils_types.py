@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -101,3 +102,13 @@ class StackRule(NamedTuple):
 
 
 NATURE_STACKS = StackRule()  # the default: a game's first frame repeated, one stack across its lives
+
+
+class RunEvent(NamedTuple):
+    """What ``dqn.train``'s callback is told, at each finished training game, evaluation and checkpoint."""
+
+    kind: str  # "game", "evaluation" or "checkpoint"
+    step: int  # the agent step it happened at
+    run: Path  # the run folder
+    scores: tuple[float, ...] = ()  # a game's score; an evaluation's games' scores
+    checkpoint: Path | None = None  # the checkpoint written

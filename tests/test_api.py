@@ -21,9 +21,39 @@ import torch
 from gymnasium.utils.env_checker import check_env
 
 from dqn_atari import dqn, main, utils_config
+from dqn_atari.utils_run import read_episodes
+from dqn_atari.utils_types import RunEvent
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = {"learning_starts": 100, "memory_size": 1000, "eval_episodes": 1, "max_episode_frames": 400}
+
+
+def test_a_callback_is_told_each_game_evaluation_and_checkpoint_and_stops_the_run_resumably(tmp_path):
+    """dqn.train's callback gets each finished game (its score), evaluation (its games' scores) and checkpoint (its
+    path) as they happen; returning False at the evaluation of step 150 stops the run there as Ctrl-C does: a
+    checkpoint, the run returned, and a resume goes on to the end."""
+    events: list[RunEvent] = []
+
+    def callback(event: RunEvent) -> bool:
+        events.append(event)
+        return not (event.kind == "evaluation" and event.step == 150)
+
+    run = tmp_path / "run"
+    options = {"steps": 300, "eval_every": 150, "target_every": 50, "out": run, **TINY, "max_episode_frames": 200}
+    folder, agent = dqn.train(callback=callback, **options)
+    assert folder == run and agent.step == 150
+    kinds = [(event.kind, event.step) for event in events if event.kind != "game"]
+    # The evaluation's checkpoint is the stop's: a stop right after it writes no other.
+    assert kinds == [("checkpoint", 0), ("evaluation", 0), ("checkpoint", 150), ("evaluation", 150)]
+    assert events[-2].checkpoint == run / "model_001.pt" and all(event.run == run for event in events)
+    assert not (run / "model_interrupted.pt").exists()
+    games = [event for event in events if event.kind == "game"]
+    scores = read_episodes(run / "episodes.csv")[:, :2]
+    assert [(event.step, event.scores[0]) for event in games] == [tuple(row) for row in scores.tolist()]
+    evaluation = next(event for event in events if event.kind == "evaluation" and event.step == 150)
+    assert np.mean(evaluation.scores) == pytest.approx(float((run / "rewards.txt").read_text().split()[10]), abs=0.05)
+    resumed = dqn.train(resume=run, steps=300, callback=lambda event: None)  # None goes on
+    assert resumed.agent.step == 300 and len((run / "rewards.txt").read_text().splitlines()) == 3
 
 
 def test_train_load_and_act_in_three_lines(tmp_path):
