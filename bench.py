@@ -985,6 +985,18 @@ def main_job_main(folder: Path, figure: Path | None) -> int:
     return 0
 
 
+def load_note() -> str | None:
+    """A note where other processes keep this machine busy (its load average over the last minute above half of the
+    CPUs this process may use): speed figures measured now are not to be compared with others."""
+    load, cpus = os.getloadavg()[0], available_cpus()
+    if load <= cpus / 2:
+        return None
+    return (
+        f"this machine is loaded (load average {load:.1f} over {cpus} CPUs) before bench.py starts: figures "
+        "measured now are not to be compared with others; measure on an idle machine"
+    )
+
+
 def beside_main(runs: list[Path], up_to: int | None, references: Path | None, figure: Path | None) -> int:
     """Print runs' tables side by side up to a step (and published scores beside them) and, with a FILE, draw their
     curves into it."""
@@ -1149,6 +1161,9 @@ if __name__ == "__main__":
     show = functools.partial(print, file=sys.stdout, flush=True)  # the results: JSON alone with --json
     if arguments.json:  # so what the runs bench makes print goes to standard error
         sys.stdout = sys.stderr
+    note = None if arguments.at_once_report or arguments.gpu_report else load_note()
+    if note:
+        print(f"Note: {note}", file=sys.stderr, flush=True)
     if arguments.loop:
         summary = bench_loop(env_id, False, *arguments.loop_steps, arguments.train_every, arguments.threads)
         print(summary.learning_steps_per_second)

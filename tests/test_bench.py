@@ -517,6 +517,19 @@ def test_runs_side_by_side_read_their_files_as_the_rest_of_the_project_does(tmp_
     assert err.count("\n") == 1
 
 
+def test_bench_says_when_the_machine_is_loaded(monkeypatch):
+    """Speed measured beside other work is not comparable (bench.py --quick printed prioritized replay 1.54 times
+    faster than uniform under load): a load average above half the CPUs gets a note, an idle machine none."""
+    monkeypatch.setattr(bench, "available_cpus", lambda: 2)
+    monkeypatch.setattr(bench.os, "getloadavg", lambda: (2.3, 2.0, 1.0))
+    assert bench.load_note() == (
+        "this machine is loaded (load average 2.3 over 2 CPUs) before bench.py starts: figures measured now are not "
+        "to be compared with others; measure on an idle machine"
+    )
+    monkeypatch.setattr(bench.os, "getloadavg", lambda: (0.4, 2.0, 1.0))
+    assert bench.load_note() is None
+
+
 def test_the_docs_show_the_games_at_once_figures_as_committed():
     """docs/performance.md's tables of games at once are `bench.py --at-once-report` of the committed figures."""
     text = (ROOT / "docs" / "performance.md").read_text()
