@@ -110,7 +110,7 @@ def test_a_saved_agent_is_the_network_alone_and_plays_as_its_checkpoint(tmp_path
     released = tmp_path / "agent.pt"
     dqn.load_agent(run).save(released)
     payload = torch.load(released, weights_only=True)
-    assert set(payload) == {"format", "config", "run", "agent"} and payload["run"] == {"step": 150}
+    assert set(payload) == {"format", "config", "run", "agent", "versions"} and payload["run"] == {"step": 150}
     assert set(payload["agent"]) == {"online"} and payload["config"]["env"] == "ALE/Pong-v5"
     checkpoint = run / "model_001.pt"
     assert released.stat().st_size < checkpoint.stat().st_size / 2  # no optimizer, target network or RNGs

@@ -96,7 +96,8 @@ def test_train_render_checkpoint_and_resume(tmp_path, capsys):
     wall = played[:, 4]  # the run's wall time at each game's end, up to the last evaluation's
     last_evaluation_seconds = float((run / "rewards.txt").read_text().split()[-1])  # rounded to a second
     assert np.all(wall > 0) and np.all(np.diff(wall) >= 0) and wall[-1] <= last_evaluation_seconds + 0.5
-    assert json.loads((run / "config.json").read_text()) == checkpoint["config"]
+    config = json.loads((run / "config.json").read_text())
+    assert config.pop("versions") == checkpoint["versions"] and config == checkpoint["config"]
 
     before = (run / "rewards.txt").read_text()
     games_before = (run / "episodes.csv").read_text()
