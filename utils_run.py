@@ -296,13 +296,14 @@ def cpu_model() -> str:
 
 def versions_note(saved: object, now: dict[str, str]) -> str | None:
     """One line naming how the versions a checkpoint was saved with (``run_versions``') differ from ``now``; None
-    where they agree, or where the checkpoint records none (older runs)."""
+    where they agree, or where the checkpoint records none (older runs). The thread count is left out: a resume on
+    another has a note of its own."""
     if not isinstance(saved, dict):
         return None
     differing = [
         f"{name} {str(saved[name])[:40]}, now {value}"
         for name, value in now.items()
-        if name in saved and saved[name] != value
+        if name != "threads" and name in saved and saved[name] != value
     ]
     if not differing:
         return None

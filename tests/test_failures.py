@@ -193,7 +193,7 @@ def test_a_run_records_its_versions_and_a_resume_on_others_says_so(small_run, tm
     assert "other versions" not in capsys.readouterr().out
     run = copy_run(small_run, tmp_path / "other")
     checkpoint = utils_run.load_checkpoint(run / "model_002.pt")
-    checkpoint["versions"] = {**versions, "torch": "2.0.0+cpu", "numpy": "1.26.4"}
+    checkpoint["versions"] = {**versions, "torch": "2.0.0+cpu", "numpy": "1.26.4", "threads": "64"}  # its own note
     utils_run.save_checkpoint(run / "model_002.pt", {k: v for k, v in checkpoint.items() if k != "format"})
     assert main.main(["--resume", str(run), "--steps", "300"]) == 0
     assert [line for line in capsys.readouterr().out.splitlines() if "other versions" in line] == [
