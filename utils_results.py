@@ -1142,13 +1142,13 @@ def main_job_report(folder: Path = MAIN_JOB) -> dict[str, Any]:
     """The main job as its committed files give it: each attempt (its number and ``run_progress``; the last is the
     one under way), the published references (references.csv) and, once released, the agent's evaluation."""
     stops = read_csv_rows(folder / "stops.csv", STOPS_COLUMNS)
-    attempts_runs = main_job_attempts(folder)
+    runs = main_job_attempts(folder)
     attempts = [
         {"attempt": attempt_number(run),
          **run_progress(run, [row for row in stops if int(row["attempt"]) == attempt_number(run)])}
-        for run in attempts_runs
+        for run in runs
     ]  # fmt: skip
-    references = read_references(folder / "references.csv", game_name(checked_config(attempts_runs[0])["env"]))
+    references = read_references(folder / "references.csv", game_name(checked_config(runs[0])["env"]))
     agent = read_playback(folder / AGENT_EVALUATION) if (folder / AGENT_EVALUATION).exists() else None
     return {"attempts": attempts, "references": references, "agent": agent}
 
