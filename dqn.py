@@ -205,11 +205,11 @@ def train(callback: Callable[[RunEvent], Any] | None = None, **options: Any) -> 
 
     def told(event: RunEvent) -> Any:
         nonlocal asked_to_stop
-        answer = callback(event) if callback is not None else None
+        answer = callback(event)
         asked_to_stop = asked_to_stop or answer is False
         return answer
 
-    summary = main.train(args, checkpoint, told)
+    summary = main.train(args, checkpoint, told if callback is not None else None)  # none: no event is made
     if summary.exit_code != 0 and not (summary.exit_code == 130 and asked_to_stop):
         raise RuntimeError(f"training stopped with exit status {summary.exit_code}; its reason was printed above")
     return TrainedRun(Path(args.out), load_agent(args.out, trust_env=True))  # its environment: the one given
