@@ -1,7 +1,7 @@
 # Two commands on a fresh machine: `make run` trains (pass flags with ARGS="..."; the defaults are the paper's
 # settings over 10M steps, about 13 hours on 2 CPU cores: ARGS="--preset cleanrl-short" is 250k, about 25 minutes), `make test` tests.
-# tensorboard (--tensorboard), ray (--actors) and minatar (a gymnasium environment) are optional for training but
-# installed here so their tests run.
+# tensorboard (--tensorboard), wandb (--track; pinned, as its test reads the files of its offline mode), ray (--actors)
+# and minatar (a gymnasium environment) are optional for training but installed here so their tests run.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -36,6 +36,6 @@ TORCH_INDEX ?=
 $(VENV)/installed: requirements.txt pyproject.toml Makefile  # a new module or test tool reinstalls
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	$(BIN)/python -m pip install --quiet -r requirements.txt pytest==8.4.2 pytest-xdist==3.8.0 ruff==0.17.6 tensorboard "ray>=2.40" "setuptools>=68" minatar==1.0.15
+	$(BIN)/python -m pip install --quiet -r requirements.txt pytest==8.4.2 pytest-xdist==3.8.0 ruff==0.17.6 tensorboard wandb==0.31.0 "ray>=2.40" "setuptools>=68" minatar==1.0.15
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .   # the modules and the dqn-* commands
 	touch $@

@@ -90,6 +90,8 @@ from dqn_atari.utils_run import (
     RunFolderError,
     RunLock,
     RunLogError,
+    TrackerError,
+    Trackers,
     append_line,
     check_free_space,
     describe_os_error,
@@ -97,7 +99,6 @@ from dqn_atari.utils_run import (
     health_line,
     load_memory,
     load_newest_checkpoint,
-    markdown_table,
     prune_checkpoints,
     reconcile_with_checkpoint,
     remove_leftovers,
@@ -328,7 +329,7 @@ def train(
         message = str(error)
     except (ApexError, EnvironmentFailed) as error:
         message = f"{error}; {last_checkpoint(out)}"
-    except (RunFolderError, RunLogError, CheckpointError) as error:
+    except (RunFolderError, RunLogError, CheckpointError, TrackerError) as error:
         message = str(error)
     except OSError as error:
         message = describe_os_error(error)
@@ -343,12 +344,14 @@ def run_training(
     callback: Callable[[RunEvent], Any] | None = None,
 ) -> TrainSummary:
     run = Trainer(args, checkpoint, stop, callback)
+    summary = None
     try:
         if not args.actors:
             try:
                 run.begin(refill=lambda count: refill_by_playing(run, count))
                 play_and_learn(run)
-                return run.finish()
+                summary = run.finish()
+                return summary
             except EnvironmentFailed:  # the step it failed in is not taken: the checkpoint is the run before it
                 run.save_interrupted()
                 raise
@@ -363,9 +366,10 @@ def run_training(
             raise
         finally:
             pool.close(shutdown=started_ray)
-        return run.finish()
+        summary = run.finish()
+        return summary
     finally:
-        run.close()
+        run.close(failed=summary is None)
 
 
 def play_and_learn(run: Trainer) -> None:
@@ -565,14 +569,16 @@ class Trainer:
         self.progress.threads = threads
         self.saved_step = self.progress.step
         self.config = {k: v for k, v in vars(args).items() if k != "resume"}
+        try:  # before the folder's files are written: a failure leaves them as they were
+            self.trackers = Trackers(args, self.progress, self.config, self.versions)
+        except TrackerError:
+            if self.workers is not None:
+                self.workers.close()
+            raise
         save_config(out, {**self.config, "versions": self.versions})
         start_log(out / EPISODES_FILE, self.progress.step)
         if isinstance(self.memory, PrioritizedReplayMemory):
             start_log(out / HEALTH_FILE, self.progress.step, HEALTH_HEADER)
-        self.writer = open_tensorboard(out, self.progress.step) if args.tensorboard else None
-        if self.writer:  # at each start, as a resume may change some options and run on other versions
-            self.writer.add_text("hyperparameters", markdown_table(self.config), self.progress.step)
-            self.writer.add_text("versions", markdown_table(self.versions), self.progress.step)
         self.bar: tqdm | None = None
 
     def wall_seconds(self) -> float:
@@ -608,9 +614,9 @@ class Trainer:
                 raise EnvironmentFailed(f"a training game's score became {game.score}, its rewards too large to add")
             progress.episodes += 1
             append_line(self.out / EPISODES_FILE, episode_line(progress.step, game, epsilon, self.wall_seconds()))
-            if self.writer:
-                self.writer.add_scalar("train/episode_score", game.score, progress.step)
-                self.writer.add_scalar("train/episode_length", game.length, progress.step)
+            self.trackers.scalars(
+                {"train/episode_score": game.score, "train/episode_length": game.length}, progress.step
+            )
             self.tell("game", scores=(game.score,))
         if not args.learn_while_playing:  # else done as the step's round played (learn_round)
             self.learn_and_sync(progress.step, learn)
@@ -682,14 +688,13 @@ class Trainer:
             postfix["ratio"] = f"{(self.updates - updates) / (progress.step - step):.3f}"
             self.rate_mark = (progress.step, self.updates, now)
         self.bar.set_postfix(**postfix, **self.status, eval=progress.last_score, refresh=False)
-        if self.writer:
+        if self.trackers.tensorboard or self.trackers.wandb:
             now = self.loop_clock()
-            scalars = {"epsilon": epsilon, "loss": loss, "mean_q": mean_q}
-            scalars["steps_per_second"] = (progress.step - self.log_mark[0]) / (now - self.log_mark[1])
+            scalars = {"train/epsilon": epsilon, "train/loss": loss, "train/mean_q": mean_q}
+            scalars["train/steps_per_second"] = (progress.step - self.log_mark[0]) / (now - self.log_mark[1])
             if self.args.prioritized:
-                scalars["beta"] = self.beta
-            for name, value in scalars.items():
-                self.writer.add_scalar(f"train/{name}", value, progress.step)
+                scalars["train/beta"] = self.beta
+            self.trackers.scalars(scalars, progress.step)
             self.log_mark = (progress.step, now)
 
     def save(self, path: Path, line: str | None) -> None:
@@ -770,8 +775,9 @@ class Trainer:
         progress.evaluation_due, progress.evaluation_games = False, None
         progress.evaluations += 1
         progress.last_score = float(np.mean(result.scores))
-        if self.writer:
-            self.writer.add_scalar("eval/score", progress.last_score, progress.step)
+        self.trackers.scalars({"eval/score": progress.last_score}, progress.step)
+        if self.args.render:
+            self.trackers.video("eval/video", self.out / f"eval_{index:03d}", progress.step)
         line = rewards_line(index, progress.step, result, self.wall_seconds())
         self.save(self.out / f"model_{index:03d}.pt", line)  # the checkpoint first: it carries the line
         append_line(self.out / REWARDS_FILE, line)
@@ -805,9 +811,8 @@ class Trainer:
             f"beta {beta:.3f}; largest importance weight {health.max_weight:.3g}",
             flush=True,
         )
-        if self.writer:
-            for name in ("relative_error", "min_priority", "max_priority", "max_weight"):
-                self.writer.add_scalar(f"memory/{name}", getattr(health, name), step)
+        names = ("relative_error", "min_priority", "max_priority", "max_weight")
+        self.trackers.scalars({f"memory/{name}": getattr(health, name) for name in names}, step)
 
     def restore_memory(self, refill: Callable[[int], None]) -> None:
         """Reload the saved replay memory if it belongs to the checkpoint, else refill it with
@@ -839,7 +844,7 @@ class Trainer:
     def finish(self) -> TrainSummary:
         """Close the loop: a checkpoint when stopped, else a last evaluation; the summary."""
         if self.bar is not None:
-            self.bar.close()  # the TensorBoard writer stays open for the last evaluation
+            self.bar.close()  # the trackers stay open for the last evaluation
         progress = self.progress
         first_step, first_time = self.learning_mark
         learning_sps = (
@@ -856,14 +861,12 @@ class Trainer:
         print(f"Done: {progress.step} steps, last evaluation score {progress.last_score:.1f}", flush=True)
         return TrainSummary(0, progress.step, learning_sps, self.updates)
 
-    def close(self) -> None:
+    def close(self, failed: bool) -> None:
         if self.workers is not None:
             self.workers.close()
         if self.bar is not None:
             self.bar.close()
-        if self.writer:
-            self.writer.close()
-            self.writer = None
+        self.trackers.close(exit_code=1 if failed else 0)  # a stop to resume later is no failure
 
 
 def last_checkpoint(out: Path) -> str:
@@ -973,15 +976,6 @@ def actor_config(args: argparse.Namespace, env: AtariEnv) -> ActorConfig:
         stack_rule=stack_rule(args, env),
         clip_rewards=args.clip_rewards,
     )
-
-
-def open_tensorboard(out: Path, step: int) -> Any:
-    """The run's TensorBoard writer, going on after ``step``: events logged past it before (by a
-    run that went further than the checkpoint it resumes from) are hidden, so curves never
-    double back."""
-    from torch.utils.tensorboard import SummaryWriter  # optional dependency, checked in check_values
-
-    return SummaryWriter(str(out / "tensorboard"), purge_step=step + 1 if step else None)
 
 
 def cli() -> None:

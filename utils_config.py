@@ -55,6 +55,7 @@ from dqn_atari.utils_run import (
 # games at once may change too, and so may the processes that step the training games (the same games either way).
 RESUMABLE_OPTIONS = {
     "steps", "device", "memory_device", "cuda_graphs", "threads", "render", "save_memory", "tensorboard", "resume",
+    "track", "wandb_project_name", "wandb_entity",
     "keep_checkpoints", "eval_every", "eval_episodes", "eval_envs", "env_workers",
     "replay_ratio", "weights_every", "chunk_steps", "actor_timeout", "ray_address",
 }  # fmt: skip
@@ -542,6 +543,14 @@ def build_parser() -> argparse.ArgumentParser:
     add("--eval-epsilon", type=float, default=0.05, help="exploration epsilon of evaluation games")
     switch("--render", "save each evaluation's first episode as eval_NNN/*.png")
     switch("--tensorboard", "log scalars under RUN/tensorboard (needs the tensorboard package)")
+    switch(
+        "--track",
+        "follow the run on Weights & Biases, as CleanRL's --track (pip install .[wandb]): its configuration and "
+        "versions, TensorBoard's scalars, the evaluations' videos with --render; files under RUN/wandb; a resume "
+        "goes on in the same W&B run (WANDB_MODE=offline: sync later with `wandb sync RUN/wandb/offline-run-*`)",
+    )
+    add("--wandb-project-name", default="dqn-atari", help="the W&B project of --track")
+    add("--wandb-entity", default=None, help="the W&B team or user of --track (default: yours)")
     add(
         "--evaluate",
         default=None,
@@ -847,6 +856,8 @@ def check_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         parser.error(f"--device {args.device}: {problem}")
     if getattr(args, "tensorboard", False) and importlib.util.find_spec("tensorboard") is None:
         parser.error("--tensorboard needs the tensorboard package: pip install tensorboard")
+    if getattr(args, "track", False) and importlib.util.find_spec("wandb") is None:
+        parser.error("--track needs the wandb package: pip install .[wandb] (or pip install wandb)")
     check_room(parser, args)
 
 

@@ -66,7 +66,7 @@ LOCK_FILE = ".lock"
 # its stop file, its run folders): a symbolic link at one would have them write, or read, outside the folder.
 WRITTEN_NAMES = re.compile(
     r"rewards\.txt|episodes\.csv|memory_health\.csv|config\.json|memory(_\d+)?\.pt|model_(\d+|interrupted)\.pt|main\.log|\.lock"
-    r"|eval_\d{3,}(\.partial)?|tensorboard|\.stop|report\.(md|json)|aggregate\.png|\w+-seed\d+"
+    r"|eval_\d{3,}(\.partial)?|tensorboard|wandb|\.stop|report\.(md|json)|aggregate\.png|\w+-seed\d+"
 )
 # rewards.txt's two layouts: the classic three columns of older files, and the eight written since.
 REWARDS_COLUMNS = {3: "index, step, score", 8: "index, step, score, std, min, max, episodes, seconds"}
@@ -250,6 +250,87 @@ def markdown_table(values: dict[str, Any]) -> str:
 def cell(text: object) -> str:
     """``text`` as a Markdown table's cell: its | escaped and its line breaks spaces, so that it stays one cell."""
     return " ".join(str(text).splitlines()).replace("|", "\\|")
+
+
+class TrackerError(Exception):
+    """Weights & Biases could not start the run's tracking (--track): reported in one line, before any training."""
+
+
+class Trackers:
+    """Where a run's figures go besides its files: TensorBoard (--tensorboard, RUN/tensorboard) and Weights & Biases
+    (--track, RUN/wandb), the same names at the same agent steps in both. Either may be off; with both off every call
+    does nothing."""
+
+    def __init__(self, args: Any, progress: Progress, config: dict[str, Any], versions: dict[str, str]) -> None:
+        out, step = Path(args.out), progress.step
+        self.tensorboard = self.wandb = None
+        if args.track:
+            import wandb  # optional dependency, checked with the flags
+
+            progress.wandb_run_id = progress.wandb_run_id or secrets.token_hex(4)  # checkpoints carry it on
+            try:
+                self.wandb = wandb.init(
+                    project=args.wandb_project_name,
+                    entity=args.wandb_entity,
+                    id=progress.wandb_run_id,
+                    resume="allow",
+                    name=out.name,
+                    dir=out,
+                    reinit="create_new",  # its own run, beside any the Python API's caller has open
+                )
+                # A resume may change some options and versions: W&B keeps the newest.
+                self.wandb.config.update({**config, "versions": versions}, allow_val_change=True)
+            except Exception as error:  # W&B's own errors (no login, no network) share no base class
+                self.close(1)
+                reason = " ".join(str(error).split()) or type(error).__name__
+                raise TrackerError(
+                    f"--track: Weights & Biases could not start the run ({reason}); log in with `wandb login`, or "
+                    "set WANDB_MODE=offline to keep it under RUN/wandb and `wandb sync` it later"
+                ) from None
+        if args.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter  # optional dependency, checked with the flags
+
+            # Events a run logged past the checkpoint it resumes from (it went further, then was killed) are hidden,
+            # so that curves never double back.
+            self.tensorboard = SummaryWriter(str(out / "tensorboard"), purge_step=step + 1 if step else None)
+            # At each start, as a resume may change some options and run on other versions.
+            self.tensorboard.add_text("hyperparameters", markdown_table(config), step)
+            self.tensorboard.add_text("versions", markdown_table(versions), step)
+
+    def scalars(self, values: dict[str, float], step: int) -> None:
+        if self.tensorboard:
+            for name, value in values.items():
+                self.tensorboard.add_scalar(name, value, step)
+        if self.wandb:
+            self.wandb.log(values, step=step)
+
+    def video(self, name: str, frames: Path, step: int) -> None:
+        """The frames ``main.py --render`` saved (``frames``: an eval_NNN folder) as a W&B video at ``step``."""
+        if not self.wandb:
+            return
+        import tempfile
+
+        import wandb
+
+        from dqn_atari.video import GAME_SPEED_FPS, VideoError, frame_paths, write_video  # it imports this module
+
+        with tempfile.TemporaryDirectory() as folder:  # W&B copies the file into its run's media
+            path = Path(folder) / f"{frames.name}.mp4"
+            try:
+                write_video(frame_paths(frames), path, GAME_SPEED_FPS)
+            except VideoError as error:  # the frames stay, and the run goes on
+                print(f"Note: no W&B video of {frames.name}: {error}", flush=True)
+                return
+            self.wandb.log({name: wandb.Video(str(path), format="mp4")}, step=step)
+
+    def close(self, exit_code: int) -> None:
+        """Flush and close both; ``exit_code`` 0 (finished, or stopped to be resumed) or 1 (failed) for W&B."""
+        if self.tensorboard:
+            self.tensorboard.close()
+            self.tensorboard = None
+        if self.wandb:
+            self.wandb.finish(exit_code=exit_code)
+            self.wandb = None
 
 
 def run_versions(threads: int) -> dict[str, str]:
@@ -722,6 +803,8 @@ def damaged_parts(payload: dict[str, Any]) -> list[str]:
         default = counters.get(name, ...)
         if name == "evaluation_games":
             whole = value is None or finished_games_whole(value)
+        elif name == "wandb_run_id":  # a W&B run's name in its URL: W&B's own ids are 8 of these
+            whole = isinstance(value, str) and re.fullmatch(r"[A-Za-z0-9_-]{0,64}", value) is not None
         elif isinstance(default, bool):
             whole = isinstance(value, bool)
         elif isinstance(default, int):

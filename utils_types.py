@@ -78,6 +78,7 @@ class Progress:
     threads: int = 0  # the learner's CPU threads (0: unknown, an older checkpoint)
     evaluation_due: bool = False  # a stop interrupted the evaluation at this step: a resume does it first
     evaluation_games: dict[str, Any] | None = None  # the games it had finished (FinishedGames), not played again
+    wandb_run_id: str = ""  # the run's Weights & Biases run (--track), which a resume goes on in
 
 
 class MemoryHealth(NamedTuple):

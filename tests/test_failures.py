@@ -1090,6 +1090,8 @@ def save_with_nested_config(path: Path, payload: dict, key: str, depth: int) -> 
         (lambda c: c["run"].update(evaluations="2"), "run's 'evaluations'"),
         (lambda c: c["run"].update(evaluation_due=1), "run's 'evaluation_due'"),
         (lambda c: c["run"].update(epsilon=0.5), "run's 'epsilon'"),
+        (lambda c: c["run"].update(wandb_run_id=7), "run's 'wandb_run_id'"),
+        (lambda c: c["run"].update(wandb_run_id="../../other-project"), "run's 'wandb_run_id'"),  # it goes into a URL
         (lambda c: c["players"][0].update(first="yes"), "players"),
         (lambda c: c["players"][0].update(stack=[[0]]), "players"),
         (lambda c: c.update(players={"first": True}), "players"),

@@ -352,14 +352,60 @@ def test_a_playback_has_its_own_game_count_frames_and_sticky_actions(tmp_path):
     assert args.sticky_actions == 0.25
 
 
-def test_tensorboard_scalars_and_the_memory_health_log(tmp_path, monkeypatch, capsys):
-    """TensorBoard's scalars, and a prioritized run's memory checked at each evaluation (memory_health.csv,
-    standard output); a resume from an older checkpoint drops what came after it from both."""
+def wandb_offline_runs(folder: Path) -> list[dict]:
+    """What W&B's offline mode wrote under ``folder`` (RUN/wandb), a run each start, oldest first: its id and name,
+    its config and its history (each logged step's values). Read from the run-ID.wandb files themselves: LevelDB's log
+    format (32 KiB blocks of records with 7-byte headers) after W&B's own 7-byte header, each record W&B's protobuf."""
+    from wandb.proto import wandb_internal_pb2
+
+    runs = []
+    for path in sorted(folder.glob("offline-run-*/run-*.wandb")):
+        data, position, record, run = path.read_bytes(), 7, b"", {"config": {}, "history": {}}
+        assert data[:4] == b":W&B"
+        while position + 7 <= len(data):
+            left = 32768 - position % 32768
+            length, kind = int.from_bytes(data[position + 4 : position + 6], "little"), data[position + 6]
+            if left < 7 or (length, kind) == (0, 0):  # a block's padding
+                position += left
+                continue
+            record += data[position + 7 : position + 7 + length]
+            position += 7 + length
+            if kind in (1, 4):  # a whole record, or the last piece of one
+                parsed = wandb_internal_pb2.Record.FromString(record)
+                record = b""
+                if parsed.WhichOneof("record_type") == "run":
+                    run["id"], run["name"] = parsed.run.run_id, parsed.run.display_name
+                elif parsed.WhichOneof("record_type") == "config":
+                    run["config"].update({item.key: json.loads(item.value_json) for item in parsed.config.update})
+                elif parsed.WhichOneof("record_type") == "history":
+                    values = {"/".join([item.key, *item.nested_key]).strip("/"): json.loads(item.value_json)
+                              for item in parsed.history.item}  # fmt: skip
+                    run["history"].setdefault(values["_step"], {}).update(values)
+        runs.append(run)
+    return runs
+
+
+@pytest.fixture
+def wandb_offline(tmp_path, monkeypatch):
+    """W&B in offline mode, its settings and caches in the test's folder: nothing reaches a network or this user's."""
+    for name, value in {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}.items():
+        monkeypatch.setenv(name, value)
+    for name in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
+        monkeypatch.setenv(name, str(tmp_path / "wandb-home"))
+
+
+def test_tensorboard_and_wandb_get_the_same_scalars_and_the_memory_health_log(
+    tmp_path, monkeypatch, capsys, wandb_offline
+):
+    """TensorBoard's scalars and W&B's (--track, offline) the same at the same steps, W&B's with the config, versions
+    and the evaluations' videos; a prioritized run's memory checked at each evaluation (memory_health.csv, standard
+    output); a resume from an older checkpoint drops what came after it from TensorBoard and memory_health.csv, and
+    goes on in the same W&B run."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     run = tmp_path / "run"
     argv = [*TINY, "--steps", "350", "--eval-every", "150", "--prioritized", "--tensorboard", "--out", str(run)]
-    assert main.main(argv) == 0
+    assert main.main([*argv, "--track", "--render"]) == 0
     events = EventAccumulator(str(run / "tensorboard"))
     events.Reload()
     tags = set(events.Tags()["scalars"])
@@ -372,6 +418,24 @@ def test_tensorboard_scalars_and_the_memory_health_log(tmp_path, monkeypatch, ca
         and "|prioritized|True|" in texts["hyperparameters/text_summary"]
     )  # as CleanRL's table
     assert f"|torch|{torch.__version__}|" in texts["versions/text_summary"]
+
+    (tracked,) = wandb_offline_runs(run / "wandb")
+    assert tracked["id"] == load_checkpoint(run / "model_003.pt")["run"]["wandb_run_id"] != ""
+    assert tracked["name"] == "run" and tracked["config"]["lr"] == 0.0001 and tracked["config"]["prioritized"]
+    assert tracked["config"]["versions"]["torch"] == torch.__version__
+    history = tracked["history"]
+    for tag in tags:  # TensorBoard keeps float32s; W&B the float64s logged
+        logged = {step: values[tag] for step, values in history.items() if tag in values}
+        board = {event.step: event.value for event in events.Scalars(tag)}
+        assert logged.keys() == board.keys() and logged, tag
+        np.testing.assert_allclose(list(logged.values()), list(board.values()), rtol=1e-6, err_msg=tag)
+    videos = {step: values["eval/video/path"] for step, values in history.items() if "eval/video/path" in values}
+    assert list(videos) == [0, 150, 300, 350]
+    for step, path in videos.items():
+        assert history[step]["eval/video/_type"] == "video-file"
+        (media,) = (run / "wandb").glob(f"offline-run-*/files/{path}")
+        assert media.read_bytes()[4:8] == b"ftyp"  # an MP4
+
     health = read_log(run / HEALTH_FILE, HEALTH_HEADER)  # step 0's memory is empty: no line
     assert health[:, 0].tolist() == [150, 300, 350] and (health[:, 3] < 1e-12).all()  # relative error
     np.testing.assert_allclose(health[:, 1], health[:, 2], rtol=1e-12)  # the root against its leaves
@@ -392,14 +456,43 @@ def test_tensorboard_scalars_and_the_memory_health_log(tmp_path, monkeypatch, ca
         [300, 0.85],
         [400, 1],
     ]
+    first, resumed = wandb_offline_runs(run / "wandb")  # W&B's offline mode writes a run each start
+    assert first == tracked and resumed["id"] == tracked["id"] and resumed["config"]["steps"] == 400
+    assert min(resumed["history"]) > 150 and [step for step, values in resumed["history"].items()
+                                              if "eval/score" in values] == [300, 400]  # fmt: skip
 
     real_find_spec = utils_config.importlib.util.find_spec
-    monkeypatch.setattr(
-        utils_config.importlib.util, "find_spec", lambda name: None if name == "tensorboard" else real_find_spec(name)
+    for package, flag in (("tensorboard", "--tensorboard"), ("wandb", "--track")):
+        monkeypatch.setattr(
+            utils_config.importlib.util,
+            "find_spec",
+            lambda name, package=package: None if name == package else real_find_spec(name),
+        )
+        with pytest.raises(SystemExit):
+            main.main([flag, "--out", str(tmp_path / "other")])
+        assert f"{flag} needs the {package} package: pip install " in capsys.readouterr().err
+
+
+def test_a_wandb_run_that_cannot_start_stops_the_run_before_it_writes_anything(
+    tmp_path, monkeypatch, capsys, wandb_offline
+):
+    """No login (or no network, or a wrong entity): one line saying what to do, exit status 1, and the run folder as
+    it was, so that the same command runs again once it is fixed."""
+    import wandb
+
+    def no_login(**settings):
+        raise wandb.errors.UsageError("No API key configured. Use `wandb login` to log in.")
+
+    monkeypatch.setattr(wandb, "init", no_login)
+    run = tmp_path / "run"
+    assert main.main([*TINY, "--steps", "200", "--track", "--out", str(run)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == (
+        "main.py: error: --track: Weights & Biases could not start the run (No API key configured. Use `wandb login` "
+        "to log in.); log in with `wandb login`, or set WANDB_MODE=offline to keep it under RUN/wandb and `wandb sync` "
+        "it later"
     )
-    with pytest.raises(SystemExit):
-        main.main(["--tensorboard", "--out", str(tmp_path / "other")])
-    assert "--tensorboard needs the tensorboard package" in capsys.readouterr().err
+    assert sorted(path.name for path in run.iterdir()) == [".lock"]
 
 
 def test_a_preset_sets_its_recipe_and_flags_beside_it_override(tmp_path):
