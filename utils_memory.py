@@ -539,7 +539,8 @@ def _refresh_pushed_leaves(
 ) -> None:
     """``PrioritizedReplayMemory.push``'s leaves in one call (as numpy calls they were a prioritized
     step's largest extra cost): each slot ``offsets`` from ``slot`` in its stripe gets 0 where it is
-    not sampleable, else the priority of the TD error it was pushed with, or ``max_priority``."""
+    not sampleable; one that becomes sampleable gets the priority of the TD error it was pushed with,
+    or ``max_priority``; one that was already keeps the priority it has (learnt, perhaps)."""
     affected = np.empty(offsets.size, dtype=np.int64)
     base = slot - slot % stripe
     for k in range(offsets.size):
@@ -550,10 +551,13 @@ def _refresh_pushed_leaves(
         affected, stripe, depth, n_step, gamma, cursors, sizes, rewards, dones, starts, sampleable, returns, discounts
     )
     values = np.zeros(offsets.size)
+    capacity = nodes.size // 2
     for k in range(offsets.size):
         if sampleable[k]:
             error = initial_td_errors[affected[k]]
-            values[k] = max_priority if np.isnan(error) else _priority(error, priority_eps, alpha)
+            values[k] = nodes[capacity + affected[k]]  # a sampleable slot's leaf is positive, a new one's 0
+            if values[k] == 0.0:
+                values[k] = max_priority if np.isnan(error) else _priority(error, priority_eps, alpha)
     _set_leaves(nodes, affected, values)
 
 

@@ -292,6 +292,24 @@ def test_new_transitions_get_the_max_priority() -> None:
     assert memory.tree.leaves[slot - 1] == memory.max_priority
 
 
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_a_push_keeps_the_learnt_priority_of_a_slot_that_was_already_sampleable(n_step: int) -> None:
+    """A push refreshes the leaves of the slots around it, but only one that becomes sampleable gets the new
+    transitions' priority: the oldest slots in reach of the pushes before the first wrap, and an n-step window that
+    ended at a terminal step before it was whole, keep the priority learnt for them (they were reset to it)."""
+    frame = np.zeros(FRAME_SHAPE, np.uint8)
+    memory = PrioritizedReplayMemory(10, frame_shape=FRAME_SHAPE, seed=0, n_step=n_step)
+    memory.push(frame, 0, 1.0, False, True)
+    memory.push(frame, 0, 1.0, True, False)  # a lost life: slot 0's window ends at slot 1, and is sampleable
+    memory.update_priorities(np.array([0]), np.array([0.25]))  # lower than the new transitions' 1
+    learnt = memory.tree.leaves[0]
+    assert learnt == pytest.approx((0.25 + 1e-6) ** 0.6, rel=1e-12)
+    for slot in range(2, 10):  # within n_step of slot 0, then in reach of slots 7 to 9 (7 + 3 wraps to 0)
+        push_step(memory)
+        assert memory.tree.leaves[0] == (learnt if slot < 9 else 0.0), slot  # the memory full: among the oldest
+    assert_leaves_match_sampleable(memory)
+
+
 def test_an_outlier_priority_is_forgotten() -> None:
     memory, source = prioritized(200, 100, alpha=1.0, priority_eps=1e-6)
     period = memory.MAX_PRIORITY_PERIOD = 50  # a short period keeps the test fast
