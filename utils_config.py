@@ -101,8 +101,14 @@ NON_NEGATIVE_INTS = (
 # Named recipes: --preset NAME sets these options, each still overridable by its own flag; the
 # README's protocol table and docs/results.md list each value with its source.
 PRESETS: dict[str, dict[str, Any]] = {
-    # Mnih et al. (2015), Nature, "Human-level control through deep reinforcement learning",
-    # Extended Data Table 1 and Methods; Adam at 1e-4 stands in for their RMSProp at 2.5e-4.
+    # Mnih et al. (2015), Nature, "Human-level control through deep reinforcement learning", Extended Data Table 1 and
+    # Methods. DeepMind's code (github.com/deepmind/dqn at 9d9b1d1) where the paper leaves it open: the target synced
+    # every 10,000 agent steps (NeuralQLearner.lua line 356; the table counts parameter updates), a lost life terminal
+    # for learning (train_agent.lua lines 87 and 119). This project's, not the paper's: Adam at 1e-4 (CleanRL's) for
+    # their RMSProp at 2.5e-4; the gradient-norm clip at 10 (Stable-Baselines3's, dqn/dqn.py line 97 at e05d2db), kept
+    # as the default every committed run learnt with (--grad-clip inf drops it); the FIRE press; no-ops of one frame
+    # each (DeepMind's code plays action 0 up to 30 times, train_agent.lua lines 24-25); games cut at 30 minutes
+    # (108,000 frames), where the paper's evaluation games stopped at 5 (--max-episode-frames 18000).
     "nature": {
         "steps": 12_500_000,  # 50M frames
         "memory_size": 1_000_000,
