@@ -271,7 +271,7 @@ def play_checkpoint(args: argparse.Namespace, checkpoint: dict[str, Any]) -> int
         return 2
     print(
         f"Playing {env_label(args.env)} with {args.evaluate} (trained {checkpoint['run']['step']} steps): "
-        f"{args.eval_episodes} games, epsilon {args.eval_epsilon}",
+        f"{args.eval_episodes} games of up to {args.max_episode_frames:,} frames, epsilon {args.eval_epsilon}",
         flush=True,
     )
     frame_dir = None

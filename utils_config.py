@@ -64,12 +64,13 @@ RESUMABLE_OPTIONS = {
 # choose the host this machine connects to (--resume, --evaluate and dqn.load_agent drop it).
 PER_START_OPTIONS = {"ray_address"}
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # the networks compute in float32
-# Options that --evaluate takes from the user; the others come from the checkpoint. Of these, a
-# playback's own (not the run's) unless given: the number of games, whether to save frames, and the processes
-# that step them (this machine's, not the training machine's).
+# Options that --evaluate takes from the user (sticky actions and the game cap try an agent under another protocol:
+# --max-episode-frames 18000 is Nature's 5-minute evaluation games); the others come from the checkpoint. Of these, a
+# playback's own (not the run's) unless given: the number of games, whether to save frames, and the processes that
+# step them (this machine's, not the training machine's).
 PLAYBACK_OPTIONS = {
     "evaluate", "eval_episodes", "eval_envs", "eval_epsilon", "render", "device", "threads", "seed", "out",
-    "sticky_actions", "env_workers",
+    "sticky_actions", "max_episode_frames", "env_workers",
 }  # fmt: skip
 PLAYBACK_DEFAULTS = ("eval_episodes", "render", "env_workers")
 # Which games a run's evaluations play (--eval-games): it changes nothing in training, and a run keeps one

@@ -1042,20 +1042,28 @@ STOPS_COLUMNS = ("attempt", "start_step", "stop_step", "threads", "commit", "dat
 REFERENCES_COLUMNS = ("name", "game", "score", "spread", "runs", "frames", "optimizer", "evaluation", "sticky_actions")
 REFERENCE_SCORE_LIMIT = 1e9  # above any published Atari score: a larger one is a slip or a crafted file
 TRAINING_WINDOW = 100  # the training games whose mean stands beside each evaluation
-# The released agent's evaluation with Nature's protocol, once the run has ended: what
-# `main.py --evaluate AGENT --eval-episodes 30 --eval-epsilon 0.05` printed, kept beside the run.
+# The released agent's evaluations, once the run has ended: what `main.py --evaluate AGENT --eval-episodes 30
+# --eval-epsilon 0.05` printed, kept beside the run: whole games (the run's cap, 30 minutes), then with Nature's
+# 5-minute cap (--max-episode-frames 18000), their evaluation protocol exactly.
 AGENT_EVALUATION = "agent_evaluation.txt"
+AGENT_EVALUATIONS = (AGENT_EVALUATION, "agent_evaluation_5min.txt")
+NATURE_GAME_FRAMES = 18_000  # 5 minutes at 60 frames a second
 
 
 def read_playback(path: Path) -> dict[str, Any]:
     """What ``main.py --evaluate`` printed (its header, a line per game, the mean): the agent's step, the epsilon,
-    and the games' scores in order."""
+    the games' frame cap (None in a header from before it was printed: the run's) and the scores in order."""
     lines = path.read_text().splitlines()
     header = next(line for line in lines if line.startswith("Playing "))
     step = int(header.split("(trained ", 1)[1].split(" steps)", 1)[0])
     epsilon = float(header.rsplit("epsilon ", 1)[1])
+    frames = (
+        int(header.split("games of up to ", 1)[1].split(" frames", 1)[0].replace(",", ""))
+        if "games of up to " in header
+        else None
+    )
     scores = [float(line.split("reward: ", 1)[1]) for line in lines if line.startswith("Episode #")]
-    return {"step": step, "epsilon": epsilon, "scores": scores}
+    return {"step": step, "epsilon": epsilon, "frames": frames, "scores": scores}
 
 
 def read_csv_rows(path: Path, columns: tuple[str, ...]) -> list[dict[str, str]]:
@@ -1149,8 +1157,8 @@ def main_job_report(folder: Path = MAIN_JOB) -> dict[str, Any]:
         for run in runs
     ]  # fmt: skip
     references = read_references(folder / "references.csv", game_name(checked_config(runs[0])["env"]))
-    agent = read_playback(folder / AGENT_EVALUATION) if (folder / AGENT_EVALUATION).exists() else None
-    return {"attempts": attempts, "references": references, "agent": agent}
+    agents = [read_playback(folder / name) for name in AGENT_EVALUATIONS if (folder / name).exists()]
+    return {"attempts": attempts, "references": references, "agents": agents}
 
 
 def main_job_figure(folder: Path = MAIN_JOB) -> Figure:
@@ -1229,13 +1237,16 @@ def main_job_scores_markdown(report: dict[str, Any]) -> str:
                 f"{attempt['training_games']}) | 1 seed | {attempt['step'] * 4 / 1e6:.1f}M | Adam 1e-4, Huber | the "
                 "training games' scores (whole games, epsilon annealed to 0.1 over the first 1M steps) | none |"
             )
-    agent = report["agent"]
-    if agent:
+    for agent in report["agents"]:
         scores = np.array(agent["scores"])
+        nature = agent["frames"] == NATURE_GAME_FRAMES
+        protocol, games = (
+            ("Nature's protocol", "games of up to 5 minutes") if nature else ("whole games", "whole games")
+        )
         lines.append(
-            f"| the released agent (step {agent['step']:,}), Nature's protocol | {scores.mean():.1f} ± "
-            f"{scores.std():.1f} (over its {len(scores)} games) | 1 seed | {agent['step'] * 4 / 1e6:.1f}M | Adam 1e-4, "
-            f"Huber | {len(scores)} whole games, epsilon {agent['epsilon']:g}, up to 30 no-op frames | none |"
+            f"| the released agent (step {agent['step']:,}), {protocol} | {scores.mean():.1f} ± {scores.std():.1f} "
+            f"(over its {len(scores)} games) | 1 seed | {agent['step'] * 4 / 1e6:.1f}M | Adam 1e-4, Huber | "
+            f"{len(scores)} {games}, epsilon {agent['epsilon']:g}, up to 30 no-op frames | none |"
         )
     return "\n".join(lines + reference_rows(report["references"]))
 

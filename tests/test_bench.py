@@ -330,7 +330,7 @@ def test_the_main_job_report_takes_its_figures_from_the_files(tmp_path):
     assert "| attempt 2, evaluation at step 0 | 3.0 ± 1.0 (over its 10 games) |" in text
     assert "| 2 | 0 | 250 | 2 | 0.0 | 5 | ghi | d3 | fresh machine |" in text
     assert "| Paper | 10.0 ± 1.0 | 3 seeds | 40M | o | e | none |" in text
-    assert report["agent"] is None and "released agent" not in text
+    assert report["agents"] == [] and "released agent" not in text
     figure = utils_results.main_job_figure(folder)  # bench.py --main-job --plot FILE
     for panel in figure.axes:
         assert panel.get_xlim() == (0, 1000)  # the run's whole length, so that the curve shows how far it is
@@ -341,17 +341,30 @@ def test_the_main_job_report_takes_its_figures_from_the_files(tmp_path):
                              for panel in figure.axes)  # fmt: skip
     assert [list(curve) for curve in evaluations] == [[1.5, 8.0], [3.0]]
     assert training[0][-1] == 5.5 and training[1][-1] == 1.0  # the mean of the last 100 games
-    # Once released, the agent's 30 games as main.py --evaluate printed them (here 3).
+    # Once released, the agent's 30 games as main.py --evaluate printed them (here 3): whole games (a header from
+    # before the cap was printed), then Nature's 5-minute games.
     (folder / "agent_evaluation.txt").write_text(
         "Playing ALE/Breakout-v5 with agent.pt (trained 1000 steps): 3 games, epsilon 0.05\n"
         "Episode #0: reward: 2.0\nEpisode #1: reward: 4.0\nEpisode #2: reward: 6.0\nMean reward over 3 episodes: 4.0\n"
     )
+    (folder / "agent_evaluation_5min.txt").write_text(
+        "Playing ALE/Breakout-v5 with agent.pt (trained 1000 steps): 3 games of up to 18,000 frames, epsilon 0.05\n"
+        "Episode #0: reward: 2.0\nEpisode #1: reward: 1.0\nEpisode #2: reward: 6.0\nMean reward over 3 episodes: 3.0\n"
+    )
     report = utils_results.main_job_report(folder)
-    assert report["agent"] == {"step": 1000, "epsilon": 0.05, "scores": [2.0, 4.0, 6.0]}
+    assert report["agents"] == [
+        {"step": 1000, "epsilon": 0.05, "frames": None, "scores": [2.0, 4.0, 6.0]},
+        {"step": 1000, "epsilon": 0.05, "frames": 18000, "scores": [2.0, 1.0, 6.0]},
+    ]
+    text = utils_results.main_job_markdown(report)
     assert (
-        "| the released agent (step 1,000), Nature's protocol | 4.0 ± 1.6 (over its 3 games) | 1 seed | 0.0M |"
+        "| the released agent (step 1,000), whole games | 4.0 ± 1.6 (over its 3 games) | 1 seed | 0.0M |"
         " Adam 1e-4, Huber | 3 whole games, epsilon 0.05, up to 30 no-op frames | none |"
-    ) in utils_results.main_job_markdown(report)
+    ) in text
+    assert (
+        "| the released agent (step 1,000), Nature's protocol | 3.0 ± 2.2 (over its 3 games) | 1 seed | 0.0M |"
+        " Adam 1e-4, Huber | 3 games of up to 5 minutes, epsilon 0.05, up to 30 no-op frames | none |"
+    ) in text
 
 
 def test_the_main_job_report_refuses_an_incomplete_folder_in_one_line(tmp_path, capsys):

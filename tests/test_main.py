@@ -350,6 +350,8 @@ def test_a_playback_has_its_own_game_count_frames_and_sticky_actions(tmp_path):
     assert args.max_episode_frames == 2000 and args.eval_epsilon == 0.05  # the run's protocol otherwise
     args, _ = utils_config.parse_config(["--evaluate", str(run / "model_001.pt"), "--sticky-actions", "0.25"])
     assert args.sticky_actions == 0.25
+    args, _ = utils_config.parse_config(["--evaluate", str(run), "--max-episode-frames", "400"])  # Nature's: 18,000
+    assert args.max_episode_frames == 400 and args.sticky_actions == 0.0
 
 
 def wandb_offline_runs(folder: Path) -> list[dict]:
