@@ -357,34 +357,46 @@ def test_a_playback_has_its_own_game_count_frames_and_sticky_actions(tmp_path):
 def wandb_offline_runs(folder: Path) -> list[dict]:
     """What W&B's offline mode wrote under ``folder`` (RUN/wandb), a run each start, oldest first: its id and name,
     its config and its history (each logged step's values). Read from the run-ID.wandb files themselves: LevelDB's log
-    format (32 KiB blocks of records with 7-byte headers) after W&B's own 7-byte header, each record W&B's protobuf."""
-    from wandb.proto import wandb_internal_pb2
-
+    format (32 KiB blocks of records with 7-byte headers) after W&B's own 7-byte header, each record W&B's protobuf.
+    W&B's own process may still be writing a file when the run has returned (on a loaded machine it was): each is
+    read again until it holds the run's exit record, for up to a minute."""
     runs = []
     for path in sorted(folder.glob("offline-run-*/run-*.wandb")):
-        data, position, record, run = path.read_bytes(), 7, b"", {"config": {}, "history": {}}
-        assert data[:4] == b":W&B"
-        while position + 7 <= len(data):
-            left = 32768 - position % 32768
-            length, kind = int.from_bytes(data[position + 4 : position + 6], "little"), data[position + 6]
-            if left < 7 or (length, kind) == (0, 0):  # a block's padding
-                position += left
-                continue
-            record += data[position + 7 : position + 7 + length]
-            position += 7 + length
-            if kind in (1, 4):  # a whole record, or the last piece of one
-                parsed = wandb_internal_pb2.Record.FromString(record)
-                record = b""
-                if parsed.WhichOneof("record_type") == "run":
-                    run["id"], run["name"] = parsed.run.run_id, parsed.run.display_name
-                elif parsed.WhichOneof("record_type") == "config":
-                    run["config"].update({item.key: json.loads(item.value_json) for item in parsed.config.update})
-                elif parsed.WhichOneof("record_type") == "history":
-                    values = {"/".join([item.key, *item.nested_key]).strip("/"): json.loads(item.value_json)
-                              for item in parsed.history.item}  # fmt: skip
-                    run["history"].setdefault(values["_step"], {}).update(values)
+        deadline = time.monotonic() + 60
+        while not (run := wandb_offline_run(path.read_bytes()))["exited"] and time.monotonic() < deadline:
+            time.sleep(0.2)
         runs.append(run)
     return runs
+
+
+def wandb_offline_run(data: bytes) -> dict:
+    from wandb.proto import wandb_internal_pb2
+
+    position, record, run = 7, b"", {"config": {}, "history": {}, "exited": False}
+    assert data[:4] == b":W&B"
+    while position + 7 <= len(data):
+        left = 32768 - position % 32768
+        length, kind = int.from_bytes(data[position + 4 : position + 6], "little"), data[position + 6]
+        if left < 7 or (length, kind) == (0, 0):  # a block's padding
+            position += left
+            continue
+        if position + 7 + length > len(data):  # a record still being written
+            break
+        record += data[position + 7 : position + 7 + length]
+        position += 7 + length
+        if kind in (1, 4):  # a whole record, or the last piece of one
+            parsed = wandb_internal_pb2.Record.FromString(record)
+            record, which = b"", parsed.WhichOneof("record_type")
+            if which == "run":
+                run["id"], run["name"] = parsed.run.run_id, parsed.run.display_name
+            elif which == "config":
+                run["config"].update({item.key: json.loads(item.value_json) for item in parsed.config.update})
+            elif which == "history":
+                values = {"/".join([item.key, *item.nested_key]).strip("/"): json.loads(item.value_json)
+                          for item in parsed.history.item}  # fmt: skip
+                run["history"].setdefault(values["_step"], {}).update(values)
+            run["exited"] = run["exited"] or which == "exit"
+    return run
 
 
 @pytest.fixture
