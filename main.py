@@ -688,7 +688,7 @@ class Trainer:
             postfix["ratio"] = f"{(self.updates - updates) / (progress.step - step):.3f}"
             self.rate_mark = (progress.step, self.updates, now)
         self.bar.set_postfix(**postfix, **self.status, eval=progress.last_score, refresh=False)
-        if self.trackers.tensorboard or self.trackers.wandb:
+        if self.trackers.active:
             now = self.loop_clock()
             scalars = {"train/epsilon": epsilon, "train/loss": loss, "train/mean_q": mean_q}
             scalars["train/steps_per_second"] = (progress.step - self.log_mark[0]) / (now - self.log_mark[1])

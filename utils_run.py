@@ -297,6 +297,11 @@ class Trackers:
             self.tensorboard.add_text("hyperparameters", markdown_table(config), step)
             self.tensorboard.add_text("versions", markdown_table(versions), step)
 
+    @property
+    def active(self) -> bool:
+        """Whether any tracker is on: figures made only for them (steps/s, averages read from the device) can wait."""
+        return bool(self.tensorboard or self.wandb)
+
     def scalars(self, values: dict[str, float], step: int) -> None:
         if self.tensorboard:
             for name, value in values.items():
