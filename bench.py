@@ -997,7 +997,7 @@ def load_note() -> str | None:
     )
 
 
-def beside_main(runs: list[Path], up_to: int | None, references: Path | None, figure: Path | None) -> int:
+def beside_main(runs: list[Path], up_to: int | None, references: list[Path], figure: Path | None) -> int:
     """Print runs' tables side by side up to a step (and published scores beside them) and, with a FILE, draw their
     curves into it."""
     try:
@@ -1089,9 +1089,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     parser.add_argument(
         "--references",
         type=Path,
+        nargs="+",
+        default=[],
         metavar="CSV",
-        help="with --beside: published scores to show beside the runs (the columns of results/breakout-10m/"
-        "references.csv)",
+        help="with --beside: published scores to show beside the runs, one or more files with the columns of "
+        "results/breakout-10m/references.csv",
     )
     parser.add_argument(
         "--plot",

@@ -1042,8 +1042,8 @@ STOPS_COLUMNS = ("attempt", "start_step", "stop_step", "threads", "commit", "dat
 REFERENCES_COLUMNS = ("name", "game", "score", "spread", "runs", "frames", "optimizer", "evaluation", "sticky_actions")
 REFERENCE_SCORE_LIMIT = 1e9  # above any published Atari score: a larger one is a slip or a crafted file
 TRAINING_WINDOW = 100  # the training games whose mean stands beside each evaluation
-# The released agent's evaluations, once the run has ended: what `main.py --evaluate AGENT --eval-episodes 30
-# --eval-epsilon 0.05` printed, kept beside the run: whole games (the run's cap, 30 minutes), then with Nature's
+# A released agent's evaluations, once its run has ended: what `main.py --evaluate AGENT --eval-episodes 30
+# --eval-epsilon 0.05` printed, kept in the run's folder: whole games (the run's cap, 30 minutes), then with Nature's
 # 5-minute cap (--max-episode-frames 18000), their evaluation protocol exactly.
 AGENT_EVALUATION = "agent_evaluation.txt"
 AGENT_EVALUATIONS = (AGENT_EVALUATION, "agent_evaluation_5min.txt")
@@ -1100,7 +1100,8 @@ def run_progress(run: Path, stops: Sequence[dict[str, str]] = (), up_to: int | N
     spread and range of its games) beside the mean of the last TRAINING_WINDOW training games before it, its wall
     time, and its stops (rows of the main job's stops.csv, each with its wall time and steps/s from episodes.csv);
     ``step`` is the step it reached (its last game, evaluation or stop, at most ``up_to``), not where its last game
-    before ``up_to`` ended; an evaluation of a rewards.txt of three columns has no spread, range or game count (nan)."""
+    before ``up_to`` ended; an evaluation of a rewards.txt of three columns has no spread, range or game count (nan);
+    ``agents`` are its released agent's evaluations (AGENT_EVALUATIONS in its folder) of a step up to ``up_to``."""
     games = read_episodes(run / EPISODES_FILE)  # step, score, length, epsilon, seconds
     rewards = [
         values if len(values) == 7 else [*values, *[math.nan] * 5] for _, values in read_rewards(run / REWARDS_FILE)
@@ -1134,6 +1135,7 @@ def run_progress(run: Path, stops: Sequence[dict[str, str]] = (), up_to: int | N
                           "steps_per_second": (stop - start) / wall if wall > 0 else math.nan})  # fmt: skip
     last_game = int(games[-1, 0]) if len(games) else 0
     reached = max([reached] + [stop["stop_step"] for stop in stretches])  # a stop comes after the last game
+    agents = [read_playback(run / name) for name in AGENT_EVALUATIONS if (run / name).exists()]
     return {
         "steps": checked_config(run)["steps"],
         "step": reached if up_to is None else min(reached, up_to),
@@ -1143,12 +1145,14 @@ def run_progress(run: Path, stops: Sequence[dict[str, str]] = (), up_to: int | N
         "training_games": len(recent),
         "evaluations": evaluations,
         "stops": stretches,
+        "agents": [agent for agent in agents if up_to is None or agent["step"] <= up_to],
     }
 
 
 def main_job_report(folder: Path = MAIN_JOB) -> dict[str, Any]:
     """The main job as its committed files give it: each attempt (its number and ``run_progress``; the last is the
-    one under way), the published references (references.csv) and, once released, the agent's evaluation."""
+    one under way), the published references (references.csv) and, once released, the last attempt's agent's
+    evaluations."""
     stops = read_csv_rows(folder / "stops.csv", STOPS_COLUMNS)
     runs = main_job_attempts(folder)
     attempts = [
@@ -1157,8 +1161,7 @@ def main_job_report(folder: Path = MAIN_JOB) -> dict[str, Any]:
         for run in runs
     ]  # fmt: skip
     references = read_references(folder / "references.csv", game_name(checked_config(runs[0])["env"]))
-    agents = [read_playback(folder / name) for name in AGENT_EVALUATIONS if (folder / name).exists()]
-    return {"attempts": attempts, "references": references, "agents": agents}
+    return {"attempts": attempts, "references": references, "agents": attempts[-1]["agents"]}
 
 
 def main_job_figure(folder: Path = MAIN_JOB) -> Figure:
@@ -1189,12 +1192,13 @@ def runs_figure(
 ) -> Figure:
     """Runs' curves up to step ``steps``, side by side: their evaluations (mean, band from the lowest to the highest
     game) and training games (each a dot, the line the mean of the last TRAINING_WINDOW), with any published scores
-    (references.csv's rows) as dashed lines."""
-    drawing = Figure(figsize=(12, 4.5), dpi=110, layout="constrained")
+    (references.csv's rows) as dashed lines; one legend for both, below them, so that long names hide no curve."""
+    drawing = Figure(figsize=(12, 5 + 0.15 * (len(runs) + len(references))), dpi=110, layout="constrained")
     evaluations = [curve_up_to(plot.read_curve(run / REWARDS_FILE), steps) for run in runs]
     training = [curve_up_to(plot.read_train_curve(run / EPISODES_FILE, TRAINING_WINDOW), steps) for run in runs]
     titles = evaluation_title, "training games"
-    for panel, curves, panel_title in zip(drawing.subplots(1, 2), (evaluations, training), titles, strict=True):
+    panels = drawing.subplots(1, 2)
+    for panel, curves, panel_title in zip(panels, (evaluations, training), titles, strict=True):
         for label, curve in zip(labels, curves, strict=True):
             curve.label = label
         plot.draw_on(panel, curves, title=panel_title, window=TRAINING_WINDOW)
@@ -1203,7 +1207,8 @@ def runs_figure(
             color = f"C{len(runs) + index}"  # after the runs' colours
             panel.axhline(row["score"], color=color, linestyle="--", linewidth=1, label=name)
         panel.set_xlim(0, steps)
-        panel.legend(fontsize="small", loc="upper left")
+        panel.get_legend().remove()  # plot.draw_on's: the figure's one legend names the same lines
+    drawing.legend(*panels[0].get_legend_handles_labels(), loc="outside lower center", ncols=2, fontsize="small")
     drawing.suptitle(title)
     return drawing
 
@@ -1239,16 +1244,19 @@ def main_job_scores_markdown(report: dict[str, Any]) -> str:
             )
     for agent in report["agents"]:
         scores = np.array(agent["scores"])
-        nature = agent["frames"] == NATURE_GAME_FRAMES
-        protocol, games = (
-            ("Nature's protocol", "games of up to 5 minutes") if nature else ("whole games", "whole games")
-        )
+        protocol = "Nature's protocol" if agent["frames"] == NATURE_GAME_FRAMES else "whole games"
         lines.append(
             f"| the released agent (step {agent['step']:,}), {protocol} | {scores.mean():.1f} ± {scores.std():.1f} "
             f"(over its {len(scores)} games) | 1 seed | {agent['step'] * 4 / 1e6:.1f}M | Adam 1e-4, Huber | "
-            f"{len(scores)} {games}, epsilon {agent['epsilon']:g}, up to 30 no-op frames | none |"
+            f"{agent_games(agent)}, up to 30 no-op frames | none |"
         )
     return "\n".join(lines + reference_rows(report["references"]))
+
+
+def agent_games(agent: dict[str, Any]) -> str:
+    """The games a released agent's evaluation (``read_playback``) played: how many, their cap, the epsilon."""
+    cap = "games of up to 5 minutes" if agent["frames"] == NATURE_GAME_FRAMES else "whole games"
+    return f"{len(agent['scores'])} {cap}, epsilon {agent['epsilon']:g}"
 
 
 REFERENCES_HEADER = [
@@ -1258,16 +1266,17 @@ REFERENCES_HEADER = [
 
 
 def read_references(path: Path, game: str) -> list[dict[str, Any]]:
-    """A references.csv: published scores of ``game``, each with how it was made and its source. A row of another
-    game, one with more or fewer fields than the header, or a score or spread that is not a finite number under
-    REFERENCE_SCORE_LIMIT (the spread not negative) is a RunLogError naming the file and the row."""
+    """A references.csv: published scores of ``game``, each with how it was made and its source; an empty spread is
+    a single run's score, which has none (nan). A row of another game, one with more or fewer fields than the header,
+    or a score or spread that is not a finite number under REFERENCE_SCORE_LIMIT (the spread not negative) is a
+    RunLogError naming the file and the row."""
     references = []
     for number, row in enumerate(read_csv_rows(path, REFERENCES_COLUMNS), start=1):
         where = f"{path}: row {number} ({str(row.get('name'))[:40]!r})"
         if None in row or None in row.values():
             raise RunLogError(f"{where}: {'more' if None in row else 'fewer'} fields than the header names")
         try:
-            score, spread = float(row["score"]), float(row["spread"])
+            score, spread = float(row["score"]), float(row["spread"] or 0)
         except ValueError:
             raise RunLogError(f"{where}: its score or spread is not a number") from None
         if not (abs(score) < REFERENCE_SCORE_LIMIT and 0 <= spread < REFERENCE_SCORE_LIMIT):  # nan fails too
@@ -1277,7 +1286,7 @@ def read_references(path: Path, game: str) -> list[dict[str, Any]]:
             )
         if row["game"] != game:
             raise RunLogError(f"{where}: a score of {row['game'][:40]!r}, not of {game}, the runs' game")
-        references.append({**row, "score": score, "spread": spread})
+        references.append({**row, "score": score, "spread": spread if row["spread"] else math.nan})
     return references
 
 
@@ -1285,7 +1294,8 @@ def reference_rows(references: list[dict[str, Any]]) -> list[str]:
     """``read_references``' rows under REFERENCES_HEADER."""
     return [
         "| " + " | ".join(
-            [cell(ref["name"]), f"{ref['score']:.1f} ± {ref['spread']:.1f}",
+            [cell(ref["name"]),
+             f"{ref['score']:.1f}" + ("" if math.isnan(ref["spread"]) else f" ± {ref['spread']:.1f}"),
              *(cell(ref[name]) for name in ("runs", "frames", "optimizer", "evaluation", "sticky_actions"))]
         ) + " |"
         for ref in references
@@ -1350,11 +1360,11 @@ def evaluations_beside(runs: list[tuple[str, dict[str, Any]]]) -> list[str]:
 # --- Runs side by side (bench.py --beside): one game's runs of different recipes over the same steps --------------
 
 
-def beside_report(runs: list[Path], up_to: int | None = None, references: Path | None = None) -> dict[str, Any]:
+def beside_report(runs: list[Path], up_to: int | None = None, references: Sequence[Path] = ()) -> dict[str, Any]:
     """Runs of one game up to step ``up_to`` (by default the first run's --steps): the game, and for each run its name
-    (its folder under results/ where it is there), its recipe (its preset, or the defaults), evaluation epsilon and
-    ``run_progress``; and the published scores of a references.csv of that game, if given. Runs of different games
-    are a RunLogError."""
+    (its folder under results/ where it is there), its recipe (its preset, --prioritized, or the defaults), CPU
+    threads, evaluation epsilon and ``run_progress``; and the published scores of the references.csv files of that
+    game given, in their order. Runs of different games are a RunLogError."""
     configs = [checked_config(run) for run in runs]
     games = {run: game_name(config["env"]) for run, config in zip(runs, configs, strict=True)}
     if len(set(games.values())) > 1:
@@ -1367,23 +1377,33 @@ def beside_report(runs: list[Path], up_to: int | None = None, references: Path |
             name = str(run.resolve().relative_to(ROOT / "results"))
         except ValueError:
             name = str(run)
-        recipe = f"--preset {config['preset']}" if config.get("preset") else "the defaults"
+        recipe = (
+            f"--preset {config['preset']}"
+            if config.get("preset")
+            else ("--prioritized" if config.get("prioritized") else "the defaults")
+        )
         reports.append({"name": name, "recipe": recipe, "eval_epsilon": config["eval_epsilon"],
-                        **run_progress(run, up_to=up_to)})  # fmt: skip
+                        "threads": config.get("threads"), **run_progress(run, up_to=up_to)})  # fmt: skip
     game = games[runs[0]]
     return {"game": game, "up_to": up_to, "runs": reports,
-            "references": read_references(references, game) if references else []}  # fmt: skip
+            "references": [row for path in references for row in read_references(path, game)]}  # fmt: skip
 
 
 def beside_markdown(report: dict[str, Any]) -> str:
-    """``beside_report`` as Markdown: where each run stands at the step, the published scores beside them if any,
-    then their evaluations side by side."""
+    """``beside_report`` as Markdown: ``beside_scores_markdown``, then the runs' evaluations side by side."""
+    runs = [(run["name"], run) for run in report["runs"]]
+    return "\n".join([beside_scores_markdown(report), "", *evaluations_beside(runs)])
+
+
+def beside_scores_markdown(report: dict[str, Any]) -> str:
+    """Where each run of ``beside_report`` stands at the step (its last evaluation, its last training games, its
+    released agent's evaluations, its wall time per million steps and threads), the published scores beside them."""
     lines = [
         f"{report['game']}: {len(report['runs'])} runs up to step {report['up_to']:,}.",
         "",
         f"| run | recipe | step reached | last evaluation (step, games, epsilon) | mean of the last {TRAINING_WINDOW} "
-        "training games | hours per million steps |",
-        "|---|---|---|---|---|---|",
+        "training games | released agent | hours per million steps (CPU threads) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for run in report["runs"]:
         last = run["evaluations"][-1] if run["evaluations"] else None
@@ -1397,13 +1417,20 @@ def beside_markdown(report: dict[str, Any]) -> str:
                 else f"{last['mean']:.1f} (step {last['step']:,}, epsilon {run['eval_epsilon']:g}; games not logged)"
             )
         )
+        agents = "; ".join(
+            f"{np.mean(agent['scores']):.1f} ± {np.std(agent['scores']):.1f} (step {agent['step']:,}, "
+            f"{agent_games(agent)})"
+            for agent in run["agents"]
+        )
+        threads = "" if run["threads"] is None else f" ({run['threads']})"
         lines.append(
             f"| {cell(run['name'])} | {cell(run['recipe'])} | {run['step']:,} of {report['up_to']:,} | {evaluation} | "
-            f"{run['training_mean']:.1f} ({run['training_games']} games) | {run['hours_per_million_steps']:.1f} |"
+            f"{run['training_mean']:.1f} ({run['training_games']} games) | {agents or '-'} | "
+            f"{run['hours_per_million_steps']:.1f}{threads} |"
         )
     if report["references"]:
         lines += ["", *REFERENCES_HEADER, *reference_rows(report["references"])]
-    return "\n".join([*lines, "", *evaluations_beside([(run["name"], run) for run in report["runs"]])])
+    return "\n".join(lines)
 
 
 def beside_figure(report: dict[str, Any], runs: list[Path]) -> Figure:

@@ -263,7 +263,7 @@ def test_the_released_breakout_agent_loads_as_plain_weights_and_plays_its_evalua
     released = utils_results.MAIN_JOB / "breakout-agent.pt"
     checkpoint = torch.load(released, weights_only=True)
     assert set(checkpoint["agent"]) == {"online"} and checkpoint["run"]["step"] == 10_000_000
-    played = utils_results.read_playback(utils_results.MAIN_JOB / utils_results.AGENT_EVALUATION)
+    played = utils_results.read_playback(utils_results.main_job_attempts()[-1] / utils_results.AGENT_EVALUATION)
     assert played["step"] == 10_000_000 and played["epsilon"] == 0.05 and len(played["scores"]) == 30
     agent = dqn.load_agent(released, device="cpu")
     assert agent.evaluate(episodes=1, epsilon=0.05) == played["scores"][:1]
@@ -335,19 +335,20 @@ def test_the_main_job_report_takes_its_figures_from_the_files(tmp_path):
     for panel in figure.axes:
         assert panel.get_xlim() == (0, 1000)  # the run's whole length, so that the curve shows how far it is
         assert [line.get_ydata()[0] for line in panel.lines if line.get_linestyle() == "--"] == [10.0]
-        legend = [text.get_text() for text in panel.get_legend().get_texts()]
-        assert legend == ["attempt 1", "attempt 2", "Paper, 40M frames"]
+    (legend,) = figure.legends  # one for both panels
+    assert [text.get_text() for text in legend.get_texts()] == ["attempt 1", "attempt 2", "Paper, 40M frames"]
     evaluations, training = ([line.get_ydata() for line in panel.lines if line.get_label().startswith("attempt")]
                              for panel in figure.axes)  # fmt: skip
     assert [list(curve) for curve in evaluations] == [[1.5, 8.0], [3.0]]
     assert training[0][-1] == 5.5 and training[1][-1] == 1.0  # the mean of the last 100 games
-    # Once released, the agent's 30 games as main.py --evaluate printed them (here 3): whole games (a header from
-    # before the cap was printed), then Nature's 5-minute games.
-    (folder / "agent_evaluation.txt").write_text(
+    # Once released, the agent's 30 games as main.py --evaluate printed them (here 3), kept in the last attempt's
+    # folder: whole games (a header from before the cap was printed), then Nature's 5-minute games.
+    released = folder / "attempt-2" / "Breakout-seed0"
+    (released / "agent_evaluation.txt").write_text(
         "Playing ALE/Breakout-v5 with agent.pt (trained 1000 steps): 3 games, epsilon 0.05\n"
         "Episode #0: reward: 2.0\nEpisode #1: reward: 4.0\nEpisode #2: reward: 6.0\nMean reward over 3 episodes: 4.0\n"
     )
-    (folder / "agent_evaluation_5min.txt").write_text(
+    (released / "agent_evaluation_5min.txt").write_text(
         "Playing ALE/Breakout-v5 with agent.pt (trained 1000 steps): 3 games of up to 18,000 frames, epsilon 0.05\n"
         "Episode #0: reward: 2.0\nEpisode #1: reward: 1.0\nEpisode #2: reward: 6.0\nMean reward over 3 episodes: 3.0\n"
     )
@@ -390,15 +391,27 @@ def test_the_main_job_report_refuses_an_incomplete_folder_in_one_line(tmp_path, 
     assert capsys.readouterr().out.startswith("Attempt 1: step 100 of 1,000")
 
 
+def beside_blocks() -> dict[str, tuple[dict, str]]:
+    """docs/results.md's tables of runs side by side: for the first run's folder under results/, the report
+    `bench.py` makes of the committed files with the flags the block's marker names, and the table the docs show."""
+    text = (ROOT / "docs" / "results.md").read_text()
+    blocks = {}
+    for command, shown in re.findall(
+        r"<!-- bench.py (--beside .+?) -->\n(.*?)<!-- end of bench.py --beside -->", text, re.S
+    ):
+        arguments, _ = bench.parse_args(command.split())
+        report = utils_results.beside_report(
+            [ROOT / run for run in arguments.beside], arguments.up_to, [ROOT / path for path in arguments.references]
+        )
+        blocks[arguments.beside[0].relative_to("results").as_posix()] = report, shown
+    return blocks
+
+
 def test_the_docs_show_rainbows_check_beside_the_main_job_as_its_committed_files_give_them():
     """docs/results.md's table of --preset rainbow beside the main job's first 2M steps and Dopamine's published runs
     is `bench.py` of the committed files with the flags its marker names, and its figure is committed."""
     text = (ROOT / "docs" / "results.md").read_text()
-    command, shown = re.search(
-        r"<!-- bench.py (--beside .+?) -->\n(.*?)<!-- end of bench.py --beside -->", text, re.S
-    ).groups()
-    arguments, _ = bench.parse_args(command.split())
-    report = utils_results.beside_report([ROOT / run for run in arguments.beside], None, ROOT / arguments.references)
+    report, shown = beside_blocks()["rainbow-2m/Breakout-seed0"]
     assert shown == utils_results.beside_markdown(report) + "\n" and report["up_to"] == 2_000_000
     assert "| Dopamine JAX DQN, at 8M frames | 38.3 ± 2.9 | 5 seeds | 8M |" in shown  # the published scores beside
     assert "| Dopamine classic DQN, at 8M frames | 16.3 ± 1.8 | 5 seeds | 8M |" in shown  # both of Dopamine's DQNs
@@ -425,19 +438,25 @@ def test_runs_side_by_side_are_cut_at_the_step_asked(tmp_path, capsys):
     long = write_run(
         tmp_path / "defaults" / "Breakout-seed0", evaluations,
         [(step, 1.0 if step <= 500 else 50.0, 50, 0.1, step * 0.25) for step in range(100, 1001, 100)],
-        steps=1000, eval_epsilon=0.05, env="ALE/Breakout-v5",
+        steps=1000, eval_epsilon=0.05, env="ALE/Breakout-v5", prioritized=True, threads=1,
     )  # fmt: skip
+    (long / "agent_evaluation.txt").write_text(  # its released agent's games, of its last step
+        "Playing ALE/Breakout-v5 with agent.pt (trained 1000 steps): 3 games, epsilon 0.05\n"
+        "Episode #0: reward: 2.0\nEpisode #1: reward: 4.0\nEpisode #2: reward: 6.0\nMean reward over 3 episodes: 4.0\n"
+    )
     report = utils_results.beside_report([short, long])
-    assert report["up_to"] == 500 and [run["recipe"] for run in report["runs"]] == ["--preset rainbow", "the defaults"]
+    assert report["up_to"] == 500 and [run["recipe"] for run in report["runs"]] == ["--preset rainbow", "--prioritized"]
     first, second = report["runs"]
     assert (first["step"], first["training_games"], first["training_mean"]) == (500, 5, 3.0)  # games by step 500
     assert (second["step"], second["training_mean"], second["wall_seconds"]) == (500, 1.0, 125.0)
     assert [row["step"] for row in second["evaluations"]] == [0, 500]  # not its evaluation at step 1000
+    assert second["agents"] == []  # nor its agent of step 1000
     text = utils_results.beside_markdown(report)
     assert (
         f"| {short} | --preset rainbow | 500 of 500 | 8.0 ± 2.0 (step 500, 10 games, epsilon 0.001) | 3.0 (5 games) |"
-        in text
+        " - | 138.9 |" in text
     )
+    assert f"| {long} | --prioritized | 500 of 500 | 8.0 ± 2.0 (step 500, 10 games, epsilon 0.05) |" in text
     assert (
         "| 500 | 8.0 ± 2.0 [4, 12] (10 games) | 3.0 (5 games) | 8.0 ± 2.0 [4, 12] (10 games) | 1.0 (5 games) |" in text
     )
@@ -446,8 +465,17 @@ def test_runs_side_by_side_are_cut_at_the_step_asked(tmp_path, capsys):
     evaluation, training = figure.axes
     assert [list(line.get_xdata()) for line in evaluation.lines[:2]] == [[0, 500], [0, 500]]
     assert max(training.lines[2].get_xdata()) == 500 and evaluation.get_xlim() == (0, 500)
-    assert bench.beside_main([long], 1000, None, None) == 0 and "| 1,000 | 9.0 ± 1.0" in capsys.readouterr().out
-    assert bench.beside_main([tmp_path / "none"], None, None, None) == 2
+    # To its last step, with the published scores of two files (a single run's has no spread).
+    references = [tmp_path / "a.csv", tmp_path / "b.csv"]
+    header = "name,game,score,spread,runs,frames,optimizer,evaluation,sticky_actions,source\n"
+    references[0].write_text(header + "Paper,Breakout,10,1,3 seeds,40M,o,e,none,s\n")
+    references[1].write_text(header + "One run,Breakout,7,,1 run,200M,o,e,none,s\n")
+    assert bench.beside_main([long], 1000, references, None) == 0
+    text = capsys.readouterr().out
+    assert "| 1,000 | 9.0 ± 1.0" in text
+    assert "| 25.5 (10 games) | 4.0 ± 1.6 (step 1,000, 3 whole games, epsilon 0.05) | 69.4 (1) |" in text
+    assert "| Paper | 10.0 ± 1.0 | 3 seeds |" in text and "| One run | 7.0 | 1 run |" in text
+    assert bench.beside_main([tmp_path / "none"], None, [], None) == 2
     assert capsys.readouterr() == ("", f"bench.py: error: no run folder {tmp_path / 'none'}\n")
     for flags, message in (
         (["--up-to", "500"], "--up-to STEP goes with --beside and is a positive step"),
@@ -479,13 +507,13 @@ def test_runs_side_by_side_read_their_files_as_the_rest_of_the_project_does(tmp_
     references.write_text(header + '"Paper | one\nline",Breakout,10,1,3 seeds,40M,o,e,none,s\n')
 
     def shown(runs: list, path=None) -> str:
-        status = bench.beside_main(runs, None, path, None)
+        status = bench.beside_main(runs, None, [path] if path else [], None)
         out, err = capsys.readouterr()
         assert status == 0 and err == "", err
         return out
 
     def refused(runs: list, message: str, path=None) -> None:
-        status = bench.beside_main(runs, None, path, None)
+        status = bench.beside_main(runs, None, [path] if path else [], None)
         assert (status, capsys.readouterr()) == (2, ("", f"bench.py: error: {message}\n"))
 
     out = shown([finished, old], references)
@@ -524,7 +552,7 @@ def test_runs_side_by_side_read_their_files_as_the_rest_of_the_project_does(tmp_
         references.write_text(header + line + "\n")
         refused([finished], message, references)
     references.write_bytes(header.encode() + b"Paper,Breakout,10,1,3,40M,\xff\xfe,e,none,s\n")
-    status = bench.beside_main([finished], None, references, None)
+    status = bench.beside_main([finished], None, [references], None)
     out, err = capsys.readouterr()
     assert status == 2 and err.startswith(f"bench.py: error: {references} is not a CSV text file (") and out == ""
     assert err.count("\n") == 1
@@ -552,6 +580,27 @@ def test_the_docs_show_the_games_at_once_figures_as_committed():
     assert [path for path, _ in blocks][:1] == ["results/at-once/cpu.json"]  # and any later run's, each its own
     for path, shown in blocks:
         assert shown == utils_results.at_once_markdown(json.loads((ROOT / path).read_text())), path
+
+
+def test_the_three_full_length_breakout_runs_are_shown_beside_schaul_et_al_as_their_files_give_them():
+    """Issue 67's table: the main job (uniform, seed 0, with its released agent), uniform seed 1 and prioritized
+    seed 0 in docs/results.md are `bench.py --beside` of the committed files, beside references.csv's and Schaul et
+    al.'s figures; the README shows the same table of where they stand, and the figure of both memories."""
+    report, shown = beside_blocks()["breakout-10m/attempt-2/Breakout-seed0"]
+    assert shown == utils_results.beside_markdown(report) + "\n"
+    assert [(run["name"], run["recipe"], run["threads"]) for run in report["runs"]] == [
+        ("breakout-10m/attempt-2/Breakout-seed0", "the defaults", 2),
+        ("breakout-10m/uniform/Breakout-seed1", "the defaults", 1),
+        ("breakout-10m/prioritized/Breakout-seed0", "--prioritized", 1),
+    ]
+    assert "355.2 ± 74.3 (step 10,000,000, 30 games of up to 5 minutes, epsilon 0.05)" in shown  # Nature's protocol
+    assert "| Mnih et al. (2015) | 401.2 ± 26.9 |" in shown
+    for name, score in (("DQN, uniform replay", "303.9"), ("Double DQN (tuned), uniform replay", "368.9"),
+                        ("Double DQN (tuned), proportional prioritized replay", "371.6")):  # fmt: skip
+        assert f"| Schaul et al. (2016): {name} | {score} | 1 run | 200M |" in shown
+    readme = (ROOT / "README.md").read_text()
+    assert utils_results.beside_scores_markdown(report) in readme
+    assert "(docs/both_memories_curve.png)" in readme and (ROOT / "docs" / "both_memories_curve.png").exists()
 
 
 def test_both_memories_runs_are_what_their_stops_file_says_and_the_prioritized_memory_stayed_exact():
