@@ -26,6 +26,8 @@ from dqn_atari.utils_config import learning_config, saved_options, settings_diff
 from dqn_atari.utils_env import game_name, is_atari, saved_env_id
 from dqn_atari.utils_run import (
     EPISODES_FILE,
+    HEALTH_FILE,
+    HEALTH_HEADER,
     REWARDS_FILE,
     CheckpointError,
     RunLogError,
@@ -34,6 +36,7 @@ from dqn_atari.utils_run import (
     describe_os_error,
     read_config,
     read_episodes,
+    read_log,
     read_rewards,
     write_atomically,
 )
@@ -1363,7 +1366,8 @@ def evaluations_beside(runs: list[tuple[str, dict[str, Any]]]) -> list[str]:
 def beside_report(runs: list[Path], up_to: int | None = None, references: Sequence[Path] = ()) -> dict[str, Any]:
     """Runs of one game up to step ``up_to`` (by default the first run's --steps): the game, and for each run its name
     (its folder under results/ where it is there), its recipe (its preset, --prioritized, or the defaults), CPU
-    threads, evaluation epsilon and ``run_progress``; and the published scores of the references.csv files of that
+    threads, evaluation epsilon, ``run_progress`` and, for a prioritized run that logged it, its memory's health at
+    each evaluation up to the step (HEALTH_FILE's rows); and the published scores of the references.csv files of that
     game given, in their order. Runs of different games are a RunLogError."""
     configs = [checked_config(run) for run in runs]
     games = {run: game_name(config["env"]) for run, config in zip(runs, configs, strict=True)}
@@ -1382,17 +1386,39 @@ def beside_report(runs: list[Path], up_to: int | None = None, references: Sequen
             if config.get("preset")
             else ("--prioritized" if config.get("prioritized") else "the defaults")
         )
+        health = read_log(run / HEALTH_FILE, HEALTH_HEADER) if (run / HEALTH_FILE).exists() else None
         reports.append({"name": name, "recipe": recipe, "eval_epsilon": config["eval_epsilon"],
-                        "threads": config.get("threads"), **run_progress(run, up_to=up_to)})  # fmt: skip
+                        "threads": config.get("threads"), **run_progress(run, up_to=up_to),
+                        "health": None if health is None else health[health[:, 0] <= up_to]})  # fmt: skip
     game = games[runs[0]]
     return {"game": game, "up_to": up_to, "runs": reports,
             "references": [row for path in references for row in read_references(path, game)]}  # fmt: skip
 
 
 def beside_markdown(report: dict[str, Any]) -> str:
-    """``beside_report`` as Markdown: ``beside_scores_markdown``, then the runs' evaluations side by side."""
-    runs = [(run["name"], run) for run in report["runs"]]
-    return "\n".join([beside_scores_markdown(report), "", *evaluations_beside(runs)])
+    """``beside_report`` as Markdown: ``beside_scores_markdown``, then the runs' evaluations side by side, then the
+    health of each prioritized run's memory that logged it."""
+    lines = [beside_scores_markdown(report), "", *evaluations_beside([(run["name"], run) for run in report["runs"]])]
+    for run in report["runs"]:
+        if run["health"] is not None:
+            lines += ["", f"The replay memory of {cell(run['name'])} at each evaluation ({HEALTH_FILE}):", ""]
+            lines += health_markdown(run["health"])
+    return "\n".join(lines)
+
+
+def health_markdown(health: np.ndarray) -> list[str]:
+    """A prioritized memory's health (HEALTH_FILE's rows) as a Markdown table: the sum tree's total against its leaves
+    summed again (the relative error), the smallest and largest priority of a sampleable slot, the priority a new
+    transition gets, beta, and the largest importance weight before any normalisation."""
+    lines = [
+        "| step | relative error of the total | priorities | a new one's | beta | largest weight |",
+        "|---|---|---|---|---|---|",
+    ]
+    for step, _total, _exact, error, low, high, new, beta, weight, _sampleable in health:
+        lines.append(
+            f"| {int(step):,} | {error:.2g} | {low:#.3g} to {high:#.4g} | {new:#.4g} | {beta:.3f} | {weight:.1f} |"
+        )
+    return lines
 
 
 def beside_scores_markdown(report: dict[str, Any]) -> str:

@@ -444,6 +444,10 @@ def test_runs_side_by_side_are_cut_at_the_step_asked(tmp_path, capsys):
         "Playing ALE/Breakout-v5 with agent.pt (trained 1000 steps): 3 games, epsilon 0.05\n"
         "Episode #0: reward: 2.0\nEpisode #1: reward: 4.0\nEpisode #2: reward: 6.0\nMean reward over 3 episodes: 4.0\n"
     )
+    (long / HEALTH_FILE).write_text(  # its memory's health at its evaluations after step 0
+        HEALTH_HEADER
+        + "500,10.0,10.0,0.0,0.00025118,1.5,1.25,0.7,3.25,499\n1000,9.0,9.0,1.7e-16,0.0002,2.0,2,1.0,9,996\n"
+    )
     report = utils_results.beside_report([short, long])
     assert report["up_to"] == 500 and [run["recipe"] for run in report["runs"]] == ["--preset rainbow", "--prioritized"]
     first, second = report["runs"]
@@ -461,6 +465,11 @@ def test_runs_side_by_side_are_cut_at_the_step_asked(tmp_path, capsys):
         "| 500 | 8.0 ± 2.0 [4, 12] (10 games) | 3.0 (5 games) | 8.0 ± 2.0 [4, 12] (10 games) | 1.0 (5 games) |" in text
     )
     assert "| 1,000 |" not in text
+    assert text.endswith(
+        f"The replay memory of {long} at each evaluation (memory_health.csv):\n\n| step | relative error of the total "
+        "| priorities | a new one's | beta | largest weight |\n|---|---|---|---|---|---|\n"
+        "| 500 | 0 | 0.000251 to 1.500 | 1.250 | 0.700 | 3.2 |"
+    )  # its rows up to the step, and none for the run without the file
     figure = utils_results.beside_figure(report, [short, long])
     evaluation, training = figure.axes
     assert [list(line.get_xdata()) for line in evaluation.lines[:2]] == [[0, 500], [0, 500]]
@@ -472,7 +481,9 @@ def test_runs_side_by_side_are_cut_at_the_step_asked(tmp_path, capsys):
     references[1].write_text(header + "One run,Breakout,7,,1 run,200M,o,e,none,s\n")
     assert bench.beside_main([long], 1000, references, None) == 0
     text = capsys.readouterr().out
-    assert "| 1,000 | 9.0 ± 1.0" in text
+    assert "| 1,000 | 9.0 ± 1.0" in text and text.endswith(
+        "| 1,000 | 1.7e-16 | 0.000200 to 2.000 | 2.000 | 1.000 | 9.0 |\n"
+    )
     assert "| 25.5 (10 games) | 4.0 ± 1.6 (step 1,000, 3 whole games, epsilon 0.05) | 69.4 (1) |" in text
     assert "| Paper | 10.0 ± 1.0 | 3 seeds |" in text and "| One run | 7.0 | 1 run |" in text
     assert bench.beside_main([tmp_path / "none"], None, [], None) == 2
@@ -595,6 +606,7 @@ def test_the_three_full_length_breakout_runs_are_shown_beside_schaul_et_al_as_th
     ]
     assert "355.2 ± 74.3 (step 10,000,000, 30 games of up to 5 minutes, epsilon 0.05)" in shown  # Nature's protocol
     assert "| Mnih et al. (2015) | 401.2 ± 26.9 |" in shown
+    assert "| 1,250,000 | 1.7e-16 | 0.000251 to 2.084 | 1.915 | 0.475 | 22.5 |" in shown  # the memory's health
     for name, score in (("DQN, uniform replay", "303.9"), ("Double DQN (tuned), uniform replay", "368.9"),
                         ("Double DQN (tuned), proportional prioritized replay", "371.6")):  # fmt: skip
         assert f"| Schaul et al. (2016): {name} | {score} | 1 run | 200M |" in shown
