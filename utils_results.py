@@ -1055,17 +1055,25 @@ NATURE_GAME_FRAMES = 18_000  # 5 minutes at 60 frames a second
 
 def read_playback(path: Path) -> dict[str, Any]:
     """What ``main.py --evaluate`` printed (its header, a line per game, the mean): the agent's step, the epsilon,
-    the games' frame cap (None in a header from before it was printed: the run's) and the scores in order."""
-    lines = path.read_text().splitlines()
-    header = next(line for line in lines if line.startswith("Playing "))
-    step = int(header.split("(trained ", 1)[1].split(" steps)", 1)[0])
-    epsilon = float(header.rsplit("epsilon ", 1)[1])
-    frames = (
-        int(header.split("games of up to ", 1)[1].split(" frames", 1)[0].replace(",", ""))
-        if "games of up to " in header
-        else None
-    )
-    scores = [float(line.split("reward: ", 1)[1]) for line in lines if line.startswith("Episode #")]
+    the games' frame cap (None in a header from before it was printed: the run's) and the scores in order. A file
+    that cannot be read or is not such output is a RunLogError."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        header = next(line for line in lines if line.startswith("Playing "))
+        step = int(header.split("(trained ", 1)[1].split(" steps)", 1)[0])
+        epsilon = float(header.rsplit("epsilon ", 1)[1])
+        frames = (
+            int(header.split("games of up to ", 1)[1].split(" frames", 1)[0].replace(",", ""))
+            if "games of up to " in header
+            else None
+        )
+        scores = [float(line.split("reward: ", 1)[1]) for line in lines if line.startswith("Episode #")]
+    except OSError as error:
+        raise RunLogError(f"cannot read {path}: {error.strerror}") from None
+    except (UnicodeDecodeError, StopIteration, IndexError, ValueError):
+        scores = []
+    if not scores or not all(math.isfinite(score) for score in [*scores, epsilon]):
+        raise RunLogError(f"{path} is not what main.py --evaluate prints (its Playing line, a line per game)")
     return {"step": step, "epsilon": epsilon, "frames": frames, "scores": scores}
 
 

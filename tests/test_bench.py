@@ -562,6 +562,12 @@ def test_runs_side_by_side_read_their_files_as_the_rest_of_the_project_does(tmp_
     ):  # fmt: skip
         references.write_text(header + line + "\n")
         refused([finished], message, references)
+    playback = finished / "agent_evaluation.txt"  # a released agent's games that are not main.py --evaluate's
+    for text in ("Episode #0: reward: 2.0\n", "Playing x (trained 10 steps): 1 games, epsilon 0.05\nEpisode #0: reward: x\n",
+                 "Playing x (trained 10 steps): 1 games, epsilon nan\nEpisode #0: reward: 1\n"):  # fmt: skip
+        playback.write_text(text)
+        refused([finished], f"{playback} is not what main.py --evaluate prints (its Playing line, a line per game)")
+    playback.unlink()
     references.write_bytes(header.encode() + b"Paper,Breakout,10,1,3,40M,\xff\xfe,e,none,s\n")
     status = bench.beside_main([finished], None, [references], None)
     out, err = capsys.readouterr()
