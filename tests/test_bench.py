@@ -257,16 +257,26 @@ def test_the_docs_show_the_main_jobs_tables_as_its_committed_files_give_them():
     assert "(docs/main_job_game.gif)" in readme and (ROOT / "docs" / "main_job_game.gif").exists()  # a released game
 
 
-def test_the_released_breakout_agent_loads_as_plain_weights_and_plays_its_evaluations_first_game():
-    """The main job's released agent is plain tensors (torch.load with weights_only=True), the run's last step, and
-    is the network agent_evaluation.txt played: its first game (its own seed) scores the same again."""
-    released = utils_results.MAIN_JOB / "breakout-agent.pt"
-    checkpoint = torch.load(released, weights_only=True)
-    assert set(checkpoint["agent"]) == {"online"} and checkpoint["run"]["step"] == 10_000_000
-    played = utils_results.read_playback(utils_results.main_job_attempts()[-1] / utils_results.AGENT_EVALUATION)
-    assert played["step"] == 10_000_000 and played["epsilon"] == 0.05 and len(played["scores"]) == 30
-    agent = dqn.load_agent(released, device="cpu")
-    assert agent.evaluate(episodes=1, epsilon=0.05) == played["scores"][:1]
+# Each released agent (a network alone) and the run folder that trained it, which holds its evaluations.
+RELEASED_AGENTS = [("results/breakout-10m/breakout-agent.pt", "results/breakout-10m/attempt-2/Breakout-seed0")]
+
+
+@pytest.mark.parametrize(("released", "run"), RELEASED_AGENTS)
+def test_each_released_agent_loads_as_plain_weights_and_plays_its_evaluations_first_game(released, run):
+    """A released agent is plain tensors (torch.load with weights_only=True) of its run's last step and settings,
+    evaluated in 30 whole games and in the same 30 cut at Nature's 5 minutes, and is the network those evaluations
+    played: its first game (its own seed) scores the same again."""
+    checkpoint = torch.load(ROOT / released, weights_only=True)
+    config = json.loads((ROOT / run / "config.json").read_text())
+    assert set(checkpoint["agent"]) == {"online"} and checkpoint["run"]["step"] == config["steps"]
+    assert all(checkpoint["config"][name] == config[name] for name in ("env", "seed", "prioritized", "out"))
+    whole, capped = (utils_results.read_playback(ROOT / run / name) for name in utils_results.AGENT_EVALUATIONS)
+    for played, frames in ((whole, None), (capped, utils_results.NATURE_GAME_FRAMES)):
+        assert (played["step"], played["epsilon"], played["frames"], len(played["scores"])) == (
+            config["steps"], 0.05, frames, 30
+        )  # fmt: skip
+    agent = dqn.load_agent(ROOT / released, device="cpu")
+    assert agent.evaluate(episodes=1, epsilon=0.05) == whole["scores"][:1]
 
 
 def write_attempt(folder, attempt, rewards, games):
