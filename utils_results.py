@@ -1287,17 +1287,19 @@ def read_references(path: Path, game: str) -> list[dict[str, Any]]:
         if None in row or None in row.values():
             raise RunLogError(f"{where}: {'more' if None in row else 'fewer'} fields than the header names")
         try:
-            score, spread = float(row["score"]), float(row["spread"] or 0)
+            score = float(row["score"])
+            spread = float(row["spread"]) if row["spread"] else math.nan  # a single run's score has none
         except ValueError:
             raise RunLogError(f"{where}: its score or spread is not a number") from None
-        if not (abs(score) < REFERENCE_SCORE_LIMIT and 0 <= spread < REFERENCE_SCORE_LIMIT):  # nan fails too
+        spread_ok = 0 <= spread < REFERENCE_SCORE_LIMIT or not row["spread"]  # a nan that is written fails
+        if not (abs(score) < REFERENCE_SCORE_LIMIT and spread_ok):  # a nan score fails too
             raise RunLogError(
                 f"{where}: {row['score'][:20]} ± {row['spread'][:20]} is not a published score (finite, under "
                 f"{REFERENCE_SCORE_LIMIT:.0e}, its spread not negative)"
             )
         if row["game"] != game:
             raise RunLogError(f"{where}: a score of {row['game'][:40]!r}, not of {game}, the runs' game")
-        references.append({**row, "score": score, "spread": spread if row["spread"] else math.nan})
+        references.append({**row, "score": score, "spread": spread})
     return references
 
 

@@ -395,7 +395,8 @@ def wandb_offline_run(data: bytes) -> dict:
                 values = {"/".join([item.key, *item.nested_key]).strip("/"): json.loads(item.value_json)
                           for item in parsed.history.item}  # fmt: skip
                 run["history"].setdefault(values["_step"], {}).update(values)
-            run["exited"] = run["exited"] or which == "exit"
+            elif which == "exit":
+                run["exited"] = True
     return run
 
 
