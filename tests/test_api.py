@@ -343,6 +343,21 @@ def test_the_suites_time_is_the_readmes_and_its_history_holds_it():
     assert f"then took {minutes} min {seconds} s" in history
 
 
+def test_every_committed_file_the_readme_and_docs_name_exists():
+    """A file the manual names under results/, docs/, scripts/ or tests/ (a name with a suffix; patterns such as
+    seed{1,2,3} or attempt-K are not files), and every relative link, is in the checkout: a result moved or renamed
+    must take its mentions with it."""
+    named = re.compile(r"(?<![\w/.-])((?:results|docs|scripts|tests)/[\w./-]*\w\.[a-z]+)(?![\w/{<-])")
+    link = re.compile(r"\]\(([^)#\s]+)\)")
+    missing = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            paths = [ROOT / p for p in named.findall(line)]
+            paths += [page.parent / p for p in link.findall(line) if not p.startswith(("http:", "https:"))]
+            missing += [f"{page.relative_to(ROOT)}:{number}: {p.relative_to(ROOT)}" for p in paths if not p.exists()]
+    assert not missing, "\n".join(missing)
+
+
 def test_importing_dqn_registers_the_ids_of_installed_packages(tmp_path):
     """The README's `gymnasium.make("MinAtar/Breakout-v1")` after `from dqn_atari import dqn`, in a fresh process."""
     pytest.importorskip("minatar.gym", reason="pip install minatar==1.0.15 (make install does)")
