@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from dqn_atari import bench, dqn, main, utils_results
-from dqn_atari.utils_run import HEALTH_FILE, HEALTH_HEADER, read_log, read_rewards
+from dqn_atari.utils_run import HEALTH_FILE, HEALTH_HEADER, read_episodes, read_log, read_rewards
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = [
@@ -645,11 +645,13 @@ def test_both_memories_runs_are_what_their_stops_file_says_and_the_prioritized_m
     assert set(stretches) == {"prioritized/Breakout-seed0", "uniform/Breakout-seed1",
                               "prioritized/attempt-2/Breakout-seed0", "uniform/attempt-2/Breakout-seed1"}  # fmt: skip
     for run, rows in stretches.items():
-        assert rows[0]["start_step"] == "0" and {row["attempt"] for row in rows} == {"2" if "attempt-2" in run else "1"}
+        memory, *attempt, seed = run.split("/")  # attempt 1's folder has no attempt-K level
+        assert rows[0]["start_step"] == "0" and {row["attempt"] for row in rows} == {
+            attempt[0].removeprefix("attempt-") if attempt else "1"
+        }
         for before, after in itertools.pairwise(rows):
             assert after["start_step"] == before["stop_step"]
         config = json.loads((folder / run / "config.json").read_text())
-        memory, seed = run.split("/")[0], run.split("/")[-1]
         assert config["prioritized"] == (memory == "prioritized") and f"Breakout-seed{config['seed']}" == seed
         assert (config["steps"], config["threads"], config["out"]) == (
             10_000_000,
@@ -678,11 +680,11 @@ def test_the_second_attempts_repeat_the_first_ones_to_the_last_digit():
         runs = folder / memory / seed, folder / memory / "attempt-2" / seed
         first, second = (json.loads((run / "config.json").read_text()) for run in runs)
         assert {**first, "out": None} == {**second, "out": None}
-        games = [[line.rsplit(",", 1)[0] for line in (run / "episodes.csv").read_text().splitlines()] for run in runs]
+        games = [read_episodes(run / "episodes.csv")[:, :4].tolist() for run in runs]  # all but the seconds
         evaluations = [[values[:-1] for _, values in read_rewards(run / "rewards.txt")] for run in runs]
         compared = [games, evaluations]
         if memory == "prioritized":
-            compared.append([(run / HEALTH_FILE).read_text().splitlines() for run in runs])
+            compared.append([read_log(run / HEALTH_FILE, HEALTH_HEADER).tolist() for run in runs])
         for first_run, second_run in compared:
             shared = min(len(first_run), len(second_run))
             assert first_run[:shared] == second_run[:shared]
