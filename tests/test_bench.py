@@ -642,8 +642,11 @@ def test_both_memories_runs_are_what_their_stops_file_says_and_the_prioritized_m
     stretches: dict[str, list[dict[str, str]]] = {}
     for row in csv.DictReader(lines):
         stretches.setdefault(row["run"], []).append(row)
-    assert set(stretches) == {"prioritized/Breakout-seed0", "uniform/Breakout-seed1",
-                              "prioritized/attempt-2/Breakout-seed0", "uniform/attempt-2/Breakout-seed1"}  # fmt: skip
+    assert set(stretches) == {
+        f"{memory}/{attempt}{seed}"
+        for memory, seed in (("prioritized", "Breakout-seed0"), ("uniform", "Breakout-seed1"))
+        for attempt in ("", "attempt-2/", "attempt-3/")
+    }
     for run, rows in stretches.items():
         memory, *attempt, seed = run.split("/")  # attempt 1's folder has no attempt-K level
         assert rows[0]["start_step"] == "0" and {row["attempt"] for row in rows} == {
@@ -670,14 +673,16 @@ def test_both_memories_runs_are_what_their_stops_file_says_and_the_prioritized_m
             assert (health[:, 3] < 1e-14).all()
 
 
-def test_the_second_attempts_repeat_the_first_ones_to_the_last_digit():
+@pytest.mark.parametrize("attempt", ["attempt-2", "attempt-3"])
+def test_the_later_attempts_repeat_the_first_ones_to_the_last_digit(attempt):
     """A fresh machine (2026-12-03) had lost attempt 1's checkpoints at steps 3,751,908 (prioritized) and 3,537,292
-    (uniform); attempt 2 runs the same command on the same frozen commit from step 0. One thread's training is
-    deterministic and attempt 1's resumes (eight each, one after an out-of-memory kill) were exact, so wherever both
-    have gone their games, evaluations and memory health are the same to the last digit, bar the wall-clock seconds."""
+    (uniform), and another (2026-12-04) attempt 2's at 3,500,589 and 3,537,684; each later attempt runs the same
+    command on the same frozen commit from step 0. One thread's training is deterministic and attempt 1's resumes
+    (eight each, one after an out-of-memory kill) were exact, so wherever two attempts have gone their games,
+    evaluations and memory health are the same to the last digit, bar the wall-clock seconds."""
     folder = ROOT / "results" / "breakout-10m"
     for memory, seed in (("prioritized", "Breakout-seed0"), ("uniform", "Breakout-seed1")):
-        runs = folder / memory / seed, folder / memory / "attempt-2" / seed
+        runs = folder / memory / seed, folder / memory / attempt / seed
         first, second = (json.loads((run / "config.json").read_text()) for run in runs)
         assert {**first, "out": None} == {**second, "out": None}
         games = [read_episodes(run / "episodes.csv")[:, :4].tolist() for run in runs]  # all but the seconds
