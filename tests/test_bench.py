@@ -631,6 +631,10 @@ def test_the_three_full_length_breakout_runs_are_shown_beside_schaul_et_al_as_th
     assert "(docs/both_memories_curve.png)" in readme and (ROOT / "docs" / "both_memories_curve.png").exists()
 
 
+# Issue 67's attempts after the first, each from step 0 on a machine that had lost the one before (folders attempt-K).
+BOTH_MEMORIES_LATER_ATTEMPTS = ("attempt-2", "attempt-3")
+
+
 def test_both_memories_runs_are_what_their_stops_file_says_and_the_prioritized_memory_stayed_exact():
     """Issue 67's two runs beside the main job: each attempt (a folder of its own) starts at step 0 and each stretch
     of the stops file where the one before stopped; each run's committed files are its command's (the memory, the
@@ -645,7 +649,7 @@ def test_both_memories_runs_are_what_their_stops_file_says_and_the_prioritized_m
     assert set(stretches) == {
         f"{memory}/{attempt}{seed}"
         for memory, seed in (("prioritized", "Breakout-seed0"), ("uniform", "Breakout-seed1"))
-        for attempt in ("", "attempt-2/", "attempt-3/")
+        for attempt in ("", *(f"{later}/" for later in BOTH_MEMORIES_LATER_ATTEMPTS))
     }
     for run, rows in stretches.items():
         memory, *attempt, seed = run.split("/")  # attempt 1's folder has no attempt-K level
@@ -673,7 +677,7 @@ def test_both_memories_runs_are_what_their_stops_file_says_and_the_prioritized_m
             assert (health[:, 3] < 1e-14).all()
 
 
-@pytest.mark.parametrize("attempt", ["attempt-2", "attempt-3"])
+@pytest.mark.parametrize("attempt", BOTH_MEMORIES_LATER_ATTEMPTS)
 def test_the_later_attempts_repeat_the_first_ones_to_the_last_digit(attempt):
     """A fresh machine (2026-12-03) had lost attempt 1's checkpoints at steps 3,751,908 (prioritized) and 3,537,292
     (uniform), and another (2026-12-04) attempt 2's at 3,500,589 and 3,537,684; each later attempt runs the same
