@@ -631,7 +631,9 @@ def test_the_three_full_length_breakout_runs_are_shown_beside_schaul_et_al_as_th
     assert "(docs/both_memories_curve.png)" in readme and (ROOT / "docs" / "both_memories_curve.png").exists()
 
 
-# Issue 67's attempts after the first, each from step 0 on a machine that had lost the one before (folders attempt-K).
+# Issue 67's two runs (memory, seed folder), and its attempts after the first, each from step 0 on a machine that had
+# lost the one before (folders attempt-K between the two).
+BOTH_MEMORIES_RUNS = (("prioritized", "Breakout-seed0"), ("uniform", "Breakout-seed1"))
 BOTH_MEMORIES_LATER_ATTEMPTS = ("attempt-2", "attempt-3")
 
 
@@ -646,10 +648,8 @@ def test_both_memories_runs_are_what_their_stops_file_says_and_the_prioritized_m
     stretches: dict[str, list[dict[str, str]]] = {}
     for row in csv.DictReader(lines):
         stretches.setdefault(row["run"], []).append(row)
-    assert set(stretches) == {
-        f"{memory}/{attempt}{seed}"
-        for memory, seed in (("prioritized", "Breakout-seed0"), ("uniform", "Breakout-seed1"))
-        for attempt in ("", *(f"{later}/" for later in BOTH_MEMORIES_LATER_ATTEMPTS))
+    assert set(stretches) == {f"{memory}/{seed}" for memory, seed in BOTH_MEMORIES_RUNS} | {
+        f"{memory}/{attempt}/{seed}" for memory, seed in BOTH_MEMORIES_RUNS for attempt in BOTH_MEMORIES_LATER_ATTEMPTS
     }
     for run, rows in stretches.items():
         memory, *attempt, seed = run.split("/")  # attempt 1's folder has no attempt-K level
@@ -685,7 +685,7 @@ def test_the_later_attempts_repeat_the_first_ones_to_the_last_digit(attempt):
     (eight each, one after an out-of-memory kill) were exact, so wherever two attempts have gone their games,
     evaluations and memory health are the same to the last digit, bar the wall-clock seconds."""
     folder = ROOT / "results" / "breakout-10m"
-    for memory, seed in (("prioritized", "Breakout-seed0"), ("uniform", "Breakout-seed1")):
+    for memory, seed in BOTH_MEMORIES_RUNS:
         runs = folder / memory / seed, folder / memory / attempt / seed
         first, second = (json.loads((run / "config.json").read_text()) for run in runs)
         assert {**first, "out": None} == {**second, "out": None}
