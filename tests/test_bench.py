@@ -176,6 +176,39 @@ def test_the_docs_show_the_committed_h200_games_at_once_figures():
     ) in readme
 
 
+def test_the_docs_show_the_committed_h200_rounds_beside_cleanrl():
+    """Run 9's table of our loop beside CleanRL's in docs/results.md is bench.py --gpu-report of its JSON, each
+    round's figure the one its log printed as the round ended, and the ratios docs/gpu.md and the README quote,
+    with run 8's one round for the five, are the rounds'."""
+    run = ROOT / "results/gpu/h200-run9"
+    check = json.loads((run / "gpu_check.json").read_text())
+    assert check["host"]["gpu"].startswith("NVIDIA H200") and check["host"]["commit"].startswith("86e332c")
+    figures = check["bench"]
+    assert utils_results.gpu_tables(figures) in (ROOT / "docs" / "results.md").read_text()
+    rounds = figures["cleanrl"]["sps_rounds"]
+    logged = [line for line in (run / "gpu_check.log").read_text().splitlines() if line.endswith(" steps/s")]
+    assert logged == [f"{name}: {values[i]:.1f} steps/s" for i in range(4) for name, values in rounds.items()]
+    run8 = [line.split(": ") for line in (ROOT / "results/gpu/h200-run8/cleanrl.log").read_text().splitlines()]
+    five = {name: [*rounds[name], float(figure.split()[0])] for name, figure in run8}
+    ours, times = rounds["ours, 1 game"], "\N{MULTIPLICATION SIGN}"
+
+    def ratio(values: list[float], theirs: list[float]) -> str:
+        return f"{statistics.mean(values) / statistics.mean(theirs):.2f}{times}"
+
+    def spread(values: list[float], theirs: list[float]) -> str:
+        each = [mine / other for mine, other in zip(values, theirs, strict=True)]
+        return f"{min(each):.2f} to {max(each):.2f}"
+
+    deterministic, plain = rounds["CleanRL"], rounds["CleanRL, --no-torch-deterministic"]
+    gpu = " ".join((ROOT / "docs" / "gpu.md").read_text().split())
+    assert f"**{ratio(ours, deterministic)}** (each round {spread(ours, deterministic)})" in gpu
+    assert f"and {ratio(ours, plain)} ({spread(ours, plain)}) without `--torch-deterministic`" in gpu
+    both = (five["CleanRL"], five["CleanRL, --no-torch-deterministic"])
+    assert f"five rounds: {ratio(five['ours, 1 game'], both[0])} and {ratio(five['ours, 1 game'], both[1])}" in gpu
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"{ratio(ours, deterministic)} on an H200 (four rounds, {spread(ours, deterministic)})" in readme
+
+
 def test_a_rounds_parts_are_the_loops_own_calls_timed_in_place():
     """round_parts times the loop's batched action, its rounds of play and its learning steps where main.py calls
     them, from the first learning step to the last call; what is left is the rest of the round. The GPU check's
