@@ -185,28 +185,22 @@ def test_the_docs_show_the_committed_h200_rounds_beside_cleanrl():
     assert check["host"]["gpu"].startswith("NVIDIA H200") and check["host"]["commit"].startswith("86e332c")
     figures = check["bench"]
     assert utils_results.gpu_tables(figures) in (ROOT / "docs" / "results.md").read_text()
-    rounds = figures["cleanrl"]["sps_rounds"]
+    cleanrl = figures["cleanrl"]  # bench.run_gpu_cleanrl's rounds and its ratios of them
+    rounds, times = cleanrl["sps_rounds"], "\N{MULTIPLICATION SIGN}"
     logged = [line for line in (run / "gpu_check.log").read_text().splitlines() if line.endswith(" steps/s")]
     assert logged == [f"{name}: {values[i]:.1f} steps/s" for i in range(4) for name, values in rounds.items()]
-    run8 = [line.split(": ") for line in (ROOT / "results/gpu/h200-run8/cleanrl.log").read_text().splitlines()]
-    five = {name: [*rounds[name], float(figure.split()[0])] for name, figure in run8}
-    ours, times = rounds["ours, 1 game"], "\N{MULTIPLICATION SIGN}"
-
-    def ratio(values: list[float], theirs: list[float]) -> str:
-        return f"{statistics.mean(values) / statistics.mean(theirs):.2f}{times}"
-
-    def spread(values: list[float], theirs: list[float]) -> str:
-        each = [mine / other for mine, other in zip(values, theirs, strict=True)]
-        return f"{min(each):.2f} to {max(each):.2f}"
-
-    deterministic, plain = rounds["CleanRL"], rounds["CleanRL, --no-torch-deterministic"]
+    ratio = {name: f"{value:.2f}{times}" for name, value in cleanrl["ours_over"].items()}
+    spread = {name: f"{min(each):.2f} to {max(each):.2f}" for name, each in cleanrl["ours_over_rounds"].items()}
     gpu = " ".join((ROOT / "docs" / "gpu.md").read_text().split())
-    assert f"**{ratio(ours, deterministic)}** (each round {spread(ours, deterministic)})" in gpu
-    assert f"and {ratio(ours, plain)} ({spread(ours, plain)}) without `--torch-deterministic`" in gpu
-    both = (five["CleanRL"], five["CleanRL, --no-torch-deterministic"])
-    assert f"five rounds: {ratio(five['ours, 1 game'], both[0])} and {ratio(five['ours, 1 game'], both[1])}" in gpu
+    assert f"**{ratio['CleanRL']}** (each round {spread['CleanRL']})" in gpu
+    plain = "CleanRL, --no-torch-deterministic"
+    assert f"and {ratio[plain]} ({spread[plain]}) without `--torch-deterministic`" in gpu
+    run8 = [line.split(": ") for line in (ROOT / "results/gpu/h200-run8/cleanrl.log").read_text().splitlines()]
+    five = {name: statistics.mean([*rounds[name], float(figure.split()[0])]) for name, figure in run8}
+    ours = five["ours, 1 game"]
+    assert f"five rounds: {ours / five['CleanRL']:.2f}{times} and {ours / five[plain]:.2f}{times}" in gpu
     readme = " ".join((ROOT / "README.md").read_text().split())
-    assert f"{ratio(ours, deterministic)} on an H200 (four rounds, {spread(ours, deterministic)})" in readme
+    assert f"{ratio['CleanRL']} on an H200 (four rounds, {spread['CleanRL']})" in readme
 
 
 def test_a_rounds_parts_are_the_loops_own_calls_timed_in_place():
