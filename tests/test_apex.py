@@ -161,7 +161,9 @@ def test_losing_every_actor_ends_in_one_line_with_a_checkpoint(tmp_path, ray_clu
     run = tmp_path / "run"
 
     def kill_all_actors():
-        while not pools or pools[0]._expected[1] is None or main_steps() < 250:
+        # Not waiting for every actor's first chunk: one may still be waiting for a CPU of Ray's (seen in CI after
+        # the test above, whose killed actor had held one), and a killed actor that never started counts as lost too.
+        while not pools or main_steps() < 250:
             time.sleep(0.05)
         for handle in pools[0].handles:
             ray.kill(handle, no_restart=True)
