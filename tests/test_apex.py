@@ -161,8 +161,8 @@ def test_losing_every_actor_ends_in_one_line_with_a_checkpoint(tmp_path, ray_clu
     run = tmp_path / "run"
 
     def kill_all_actors():
-        # Not waiting for every actor's first chunk: one may still be waiting for a CPU of Ray's (seen in CI after
-        # the test above, whose killed actor had held one), and a killed actor that never started counts as lost too.
+        # Not waiting for every actor's first chunk: one may wait for a CPU of Ray's still held by an earlier test's
+        # actor (seen once in CI: actor 1 never started, so nothing was killed), and killed unstarted, it is lost too.
         while not pools or main_steps() < 250:
             time.sleep(0.05)
         for handle in pools[0].handles:
