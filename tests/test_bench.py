@@ -659,9 +659,14 @@ def test_the_three_full_length_breakout_runs_are_shown_beside_schaul_et_al_as_th
 
 
 # Issue 67's two runs (memory, seed folder), and its attempts after the first, each from step 0 on a machine that had
-# lost the one before (folders attempt-K between the two).
+# lost the one before (folders attempt-K between the two; the stops file must name exactly these).
 BOTH_MEMORIES_RUNS = (("prioritized", "Breakout-seed0"), ("uniform", "Breakout-seed1"))
-BOTH_MEMORIES_LATER_ATTEMPTS = ("attempt-2", "attempt-3", "attempt-4")
+BOTH_MEMORIES_LATER_ATTEMPTS = tuple(
+    sorted(
+        (path.name for path in (ROOT / "results" / "breakout-10m" / "prioritized").glob("attempt-*")),
+        key=lambda name: int(name.removeprefix("attempt-")),
+    )
+)
 
 
 def test_both_memories_runs_are_what_their_stops_file_says_and_the_prioritized_memory_stayed_exact():
@@ -706,12 +711,10 @@ def test_both_memories_runs_are_what_their_stops_file_says_and_the_prioritized_m
 
 @pytest.mark.parametrize("attempt", BOTH_MEMORIES_LATER_ATTEMPTS)
 def test_the_later_attempts_repeat_the_first_ones_to_the_last_digit(attempt):
-    """A fresh machine (2026-12-03) had lost attempt 1's checkpoints at steps 3,751,908 (prioritized) and 3,537,292
-    (uniform), another (2026-12-04) attempt 2's at 3,500,589 and 3,537,684, and a third (2026-12-05) attempt 3's at
-    2,842,620 and 2,867,960; each later attempt runs the same command on the same frozen commit from step 0. One
-    thread's training is deterministic and attempt 1's resumes (eight each, one after an out-of-memory kill) were
-    exact, so wherever two attempts have gone their games, evaluations and memory health are the same to the last
-    digit, bar the wall-clock seconds."""
+    """Each later attempt runs the same command on the same frozen commit from step 0, on a fresh machine that had
+    lost the attempt before it (where each stopped: the stops file). One thread's training is deterministic and
+    attempt 1's resumes (eight each, one after an out-of-memory kill) were exact, so wherever two attempts have gone
+    their games, evaluations and memory health are the same to the last digit, bar the wall-clock seconds."""
     folder = ROOT / "results" / "breakout-10m"
     for memory, seed in BOTH_MEMORIES_RUNS:
         runs = folder / memory / seed, folder / memory / attempt / seed
