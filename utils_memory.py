@@ -267,13 +267,14 @@ class ReplayMemory:
         return np.stack(columns[::-1], axis=1)
 
     def state_dict(self) -> dict[str, Any]:
-        """All contents as tensors, for ``torch.save``: each stream's filled slots, in turn."""
+        """All contents as tensors, for ``torch.save``: each stream's filled slots, in turn; views of the memory
+        where those are its first slots, so save them before it changes."""
         if self.frames_on_device:
             self.flush()
-        filled = self._filled_slots()
+        filled = self._filled_index()
         arrays = {name: torch.from_numpy(getattr(self, name)[filled]) for name in self._arrays if name != "frames"}
         arrays["frames"] = (
-            self.frames[torch.from_numpy(filled).to(self.device)].cpu()
+            self.frames[filled if isinstance(filled, slice) else torch.from_numpy(filled).to(self.device)].cpu()
             if self.frames_on_device
             else torch.from_numpy(self.frames[filled])
         )
@@ -325,6 +326,13 @@ class ReplayMemory:
     def _filled_slots(self) -> np.ndarray:
         """The slots that hold a step: the first ``size`` of each stripe, stripe after stripe."""
         return np.concatenate([stream * self.stripe + np.arange(size) for stream, size in enumerate(self.sizes)])
+
+    def _filled_index(self) -> slice | np.ndarray:
+        """``_filled_slots`` as an index that takes a view where they are the first slots (a full memory, or one
+        stream): a copy of a full 1M-step memory's frames held a second 7 GB while it was saved, which put two runs
+        on one 24 GB machine past its memory when their evaluations came at once."""
+        filled = self._filled_slots()
+        return slice(len(filled)) if not len(filled) or filled[-1] == len(filled) - 1 else filled
 
     def _oldest(self) -> np.ndarray:
         """Per stream: the offset of its oldest step."""
@@ -734,10 +742,11 @@ class PrioritizedReplayMemory(ReplayMemory):
 
     def state_dict(self) -> dict[str, Any]:
         """The uniform memory's state plus the leaves (the sums are rebuilt on loading)."""
+        filled = self._filled_index()
         return {
             **super().state_dict(),
-            "priorities": torch.from_numpy(self.tree.leaves[self._filled_slots()]),
-            "initial_td_errors": torch.from_numpy(self.initial_td_errors[self._filled_slots()]),
+            "priorities": torch.from_numpy(self.tree.leaves[filled]),
+            "initial_td_errors": torch.from_numpy(self.initial_td_errors[filled]),
             "max_priority": self.max_priority,
             "priority_updates": self.priority_updates,
             "window_max_priority": self.window_max_priority,
