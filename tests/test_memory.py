@@ -226,15 +226,18 @@ def test_bytes_per_transition_at_84x84():
     assert memory.nbytes / memory.capacity == 84 * 84 + 7
 
 
+@pytest.mark.parametrize("frames_on_device", [False, True], ids=["host", "device-code"])
 @pytest.mark.parametrize("streams", [1, 3])
-def test_state_dict_round_trip(streams):
-    logs = [play_log(180 - 50 * stream, seed=5 + stream) for stream in range(streams)]  # some stripes not full
-    memory = ReplayMemory(100, frame_shape=(1, 3), seed=6, streams=streams)
+def test_state_dict_round_trip(streams, frames_on_device):
+    # The first stripe wrapped, the others (of 33 slots) not full: saved from a view of the first slots with one
+    # stream, gathered with three.
+    logs = [play_log(length, seed=5 + stream) for stream, length in enumerate([180, 30, 20][:streams])]
+    memory = ReplayMemory(100, frame_shape=(1, 3), seed=6, streams=streams, frames_on_device=frames_on_device)
     fill_streams(memory, logs, seed=1)
     buffer = io.BytesIO()
     torch.save(memory.state_dict(), buffer)
     buffer.seek(0)
-    copy = ReplayMemory(100, frame_shape=(1, 3), seed=99, streams=streams)
+    copy = ReplayMemory(100, frame_shape=(1, 3), seed=99, streams=streams, frames_on_device=frames_on_device)
     copy.load_state_dict(torch.load(buffer, weights_only=True))
     assert np.array_equal(copy.frames, memory.frames) and np.array_equal(copy.cursors, memory.cursors)
     for _ in range(3):
