@@ -51,6 +51,9 @@ OLD_EPISODES_HEADER = "step,score,length,epsilon\n"
 HEALTH_FILE = "memory_health.csv"  # prioritized runs: the memory's health at each evaluation
 HEALTH_HEADER = ",".join(("step", *MemoryHealth._fields)) + "\n"
 CONFIG_FILE = "config.json"
+# `git archive` writes its commit here (.gitattributes: export-subst), so that a frozen copy of the code, the way long
+# runs are started, records which commit it is.
+ARCHIVED_COMMIT = "$Format:%H$"
 MEMORY_FILE = "memory.pt"
 NEW_MEMORY_FILE = re.compile(r"memory_(\d+)\.pt")  # the memory of a checkpoint being written (save_memory)
 # What a killed run can leave half-written, and nothing else: a user's own `.notes.tmp.md` or
@@ -357,7 +360,8 @@ def run_versions(threads: int) -> dict[str, str]:
 
 
 def code_version() -> str:
-    """'commit <hash>[-dirty]' in a git checkout, else 'dqn-atari <version>' where installed, else 'unknown'."""
+    """'commit <hash>[-dirty]' in a git checkout, 'commit <hash> (git archive)' in a copy made by `git archive`,
+    else 'dqn-atari <version>' where installed, else 'unknown'."""
     root = Path(__file__).resolve().parent
     if (root / ".git").exists():
         with contextlib.suppress(OSError, subprocess.SubprocessError):
@@ -366,6 +370,8 @@ def code_version() -> str:
                 capture_output=True, text=True, timeout=30, check=True,
             ).stdout.strip()  # fmt: skip
             return f"commit {described}"
+    if not ARCHIVED_COMMIT.startswith("$"):
+        return f"commit {ARCHIVED_COMMIT[:12]} (git archive)"
     try:
         return f"dqn-atari {importlib.metadata.version('dqn-atari')}"
     except importlib.metadata.PackageNotFoundError:

@@ -3,6 +3,7 @@ one folder, a bad saved memory, a failing disk and a second Ctrl-C. Each ends in
 correct run) and leaves every earlier file as it was."""
 
 import dataclasses
+import importlib.util
 import io
 import itertools
 import json
@@ -199,6 +200,29 @@ def test_a_run_records_its_versions_and_a_resume_on_others_says_so(small_run, tm
         f"Note: the checkpoint was saved with other versions (torch 2.0.0+cpu, now {torch.__version__}; numpy 1.26.4, "
         f"now {np.__version__}): the run goes on, but a resume is exact only on the same ones"
     ]
+
+
+def test_a_copy_made_by_git_archive_records_its_commit(tmp_path):
+    """Long runs start from `git archive`'s copy of one commit, outside any checkout: its utils_run.py holds that
+    commit (.gitattributes), which code_version records."""
+    root = Path(utils_run.__file__).resolve().parent
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout
+
+    # The work tree as a commit of its own (none is made on a clean one), so that the code under test is this one.
+    commit = (git("stash", "create") or git("rev-parse", "HEAD")).strip()
+    archive = subprocess.run(
+        ["git", "-C", str(root), "archive", commit, "utils_run.py"], capture_output=True, check=True
+    )
+    subprocess.run(["tar", "x", "-C", str(tmp_path)], input=archive.stdout, check=True)
+    spec = importlib.util.spec_from_file_location("archived_utils_run", tmp_path / "utils_run.py")
+    archived = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(archived)
+    assert archived.code_version() == f"commit {commit[:12]} (git archive)"
+    assert utils_run.code_version().startswith(("commit ", "dqn-atari ")) and "archive" not in utils_run.code_version()
 
 
 def test_resume_and_evaluate_refuse_flags_that_contradict_the_run(small_run, capsys, tmp_path):
