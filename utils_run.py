@@ -379,10 +379,16 @@ def code_version() -> str:
 
 
 def cpu_model() -> str:
-    """The CPU's model name as Linux gives it, else what the platform says."""
-    with contextlib.suppress(OSError, StopIteration):
-        line = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
-        return line.split(":", 1)[1].strip()
+    """The CPU's model name as Linux gives it, with its family, model, stepping and cache: one name ("Intel(R) Xeon(R)
+    Processor") covers processors whose float results differ (docs/results.md, issue 67's attempt 5); else what the
+    platform says."""
+    with contextlib.suppress(OSError):
+        first = Path("/proc/cpuinfo").read_text().split("\n\n")[0]  # the first processor's lines
+        fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in first.splitlines())}
+        if fields.get("model name"):
+            names = {"cpu family": "family", "model": "model", "stepping": "stepping", "cache size": "cache"}
+            details = ", ".join(f"{shown} {fields[key]}" for key, shown in names.items() if fields.get(key))
+            return f"{fields['model name']} ({details})" if details else fields["model name"]
     return platform.processor() or platform.machine() or "unknown"
 
 
@@ -393,7 +399,7 @@ def versions_note(saved: object, now: dict[str, str]) -> str | None:
     if not isinstance(saved, dict):
         return None
     differing = [
-        f"{name} {str(saved[name])[:40]}, now {value}"
+        f"{name} {str(saved[name])[:80]}, now {value}"
         for name, value in now.items()
         if name != "threads" and name in saved and saved[name] != value
     ]

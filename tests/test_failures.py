@@ -182,6 +182,9 @@ def test_a_run_records_its_versions_and_a_resume_on_others_says_so(small_run, tm
         platform.python_version(), torch.__version__, np.__version__,
     )  # fmt: skip
     assert versions["torch_build"] == (f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU")
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists() and "cpu family" in cpuinfo.read_text():  # x86 Linux: one name covers several processors
+        assert re.fullmatch(r".+ \(family \d+, model \d+, stepping \d+, cache \d+ KB\)", versions["cpu"])
     checkpoint = utils_run.load_checkpoint(small_run / "model_002.pt")
     assert versions["code"].startswith(("commit ", "dqn-atari ")) and checkpoint["versions"] == versions
     assert versions["threads"] == str(checkpoint["run"]["threads"])  # the learner's, as the run counted them
