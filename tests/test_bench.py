@@ -710,12 +710,15 @@ def test_both_memories_runs_are_what_their_stops_file_says_and_the_prioritized_m
 
 
 @pytest.mark.parametrize("attempt", BOTH_MEMORIES_LATER_ATTEMPTS)
-def test_the_later_attempts_repeat_the_first_ones_to_the_last_digit(attempt):
+def test_each_later_attempt_repeats_the_first_or_the_first_commit_on_its_machine(attempt):
     """Each later attempt runs the same command from step 0 on frozen code (the stops file names the commit), on a
     fresh machine that had lost the attempt before it (where each stopped: the stops file). One thread's training is
-    deterministic and attempt 1's resumes (eight each, one after an out-of-memory kill) were exact, so wherever two
-    attempts have gone their games, evaluations and memory health are the same to the last digit, bar the wall-clock
-    seconds. A later commit's configuration may add only what it records beside the settings, tracking off."""
+    deterministic on one kind of processor and attempt 1's resumes (eight each, one after an out-of-memory kill) were
+    exact, so wherever two attempts have gone their games, evaluations and memory health are the same to the last
+    digit, bar the wall-clock seconds. A processor that computes floats otherwise (attempt 5's) plays attempt 1's games
+    only until the first learning steps: a check beside the attempt, attempt 1's command on attempt 1's commit run on
+    that machine, shows the attempt's games are those. A later commit's configuration may add only what it records
+    beside the settings, tracking off."""
     folder = ROOT / "results" / "breakout-10m"
     for memory, seed in BOTH_MEMORIES_RUNS:
         runs = folder / memory / seed, folder / memory / attempt / seed
@@ -728,6 +731,17 @@ def test_the_later_attempts_repeat_the_first_ones_to_the_last_digit(attempt):
         compared = [games, evaluations]
         if memory == "prioritized":
             compared.append([read_log(run / HEALTH_FILE, HEALTH_HEADER).tolist() for run in runs])
+        check = folder / memory / attempt / f"check-34b029f-{seed}"
+        if check.exists():
+            # Run without --save-memory --keep-checkpoints 2, which decide only what stays on disk.
+            kept = {"out": None, "save_memory": True, "keep_checkpoints": 2}
+            assert {**json.loads((check / "config.json").read_text()), **kept} == {**first, **kept}
+            parted = next(index for index, (one, other) in enumerate(zip(*games, strict=False)) if one != other)
+            assert games[1][parted][0] > first["learning_starts"]  # the random steps' games are the same
+            check_games = read_episodes(check / "episodes.csv")[:, :4].tolist()
+            assert len(check_games) > parted + 5  # several games past the parting
+            check_evaluations = [values[:-1] for _, values in read_rewards(check / "rewards.txt")]
+            compared = [[games[1], check_games], [evaluations[1], check_evaluations]]
         for first_run, second_run in compared:
             shared = min(len(first_run), len(second_run))
             assert first_run[:shared] == second_run[:shared]
