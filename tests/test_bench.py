@@ -709,6 +709,13 @@ def test_both_memories_runs_are_what_their_stops_file_says_and_the_prioritized_m
             assert (health[:, 3] < 1e-14).all()
 
 
+def played(run: Path) -> tuple[list, list]:
+    """A run's training games (step, score, length, epsilon: all but the seconds) and evaluations (all but the
+    seconds)."""
+    games = read_episodes(run / "episodes.csv")[:, :4].tolist()
+    return games, [values[:-1] for _, values in read_rewards(run / "rewards.txt")]
+
+
 @pytest.mark.parametrize("attempt", BOTH_MEMORIES_LATER_ATTEMPTS)
 def test_each_later_attempt_repeats_the_first_or_the_first_commit_on_its_machine(attempt):
     """Each later attempt runs the same command from step 0 on frozen code (the stops file names the commit), on a
@@ -726,11 +733,7 @@ def test_each_later_attempt_repeats_the_first_or_the_first_commit_on_its_machine
         assert {**first, "out": None} == {key: second[key] for key in first} | {"out": None}
         assert set(second) - set(first) <= {"track", "versions", "wandb_entity", "wandb_project_name"}
         assert not second.get("track")
-        games = [read_episodes(run / "episodes.csv")[:, :4].tolist() for run in runs]  # all but the seconds
-        evaluations = [[values[:-1] for _, values in read_rewards(run / "rewards.txt")] for run in runs]
-        compared = [games, evaluations]
-        if memory == "prioritized":
-            compared.append([read_log(run / HEALTH_FILE, HEALTH_HEADER).tolist() for run in runs])
+        games, evaluations = zip(*(played(run) for run in runs), strict=True)
         check = folder / memory / attempt / f"check-34b029f-{seed}"
         if check.exists():
             # Run without --save-memory --keep-checkpoints 2, which decide only what stays on disk.
@@ -738,10 +741,13 @@ def test_each_later_attempt_repeats_the_first_or_the_first_commit_on_its_machine
             assert {**json.loads((check / "config.json").read_text()), **kept} == {**first, **kept}
             parted = next(index for index, (one, other) in enumerate(zip(*games, strict=False)) if one != other)
             assert games[1][parted][0] > first["learning_starts"]  # the random steps' games are the same
-            check_games = read_episodes(check / "episodes.csv")[:, :4].tolist()
+            check_games, check_evaluations = played(check)
             assert len(check_games) > parted + 5  # several games past the parting
-            check_evaluations = [values[:-1] for _, values in read_rewards(check / "rewards.txt")]
-            compared = [[games[1], check_games], [evaluations[1], check_evaluations]]
+            compared = [(games[1], check_games), (evaluations[1], check_evaluations)]
+        else:
+            compared = [games, evaluations]
+            if memory == "prioritized":
+                compared.append([read_log(run / HEALTH_FILE, HEALTH_HEADER).tolist() for run in runs])
         for first_run, second_run in compared:
             shared = min(len(first_run), len(second_run))
             assert first_run[:shared] == second_run[:shared]
