@@ -721,19 +721,23 @@ def played(run: Path) -> tuple[list, list]:
 
 
 @pytest.mark.parametrize("attempt", BOTH_MEMORIES_LATER_ATTEMPTS)
-def test_each_later_attempt_repeats_the_first_or_the_first_commit_on_its_machine(attempt):
+def test_each_later_attempt_repeats_the_one_before_or_the_first_commit_on_its_machine(attempt):
     """Each later attempt runs the same command from step 0 on frozen code (the stops file names the commit), on a
     fresh machine that had lost the attempt before it (where each stopped: the stops file). One thread's training is
     deterministic on one kind of processor and attempt 1's resumes (eight each, one after an out-of-memory kill) were
-    exact, so wherever two attempts have gone their games, evaluations and memory health are the same to the last
-    digit, bar the wall-clock seconds. A processor that computes floats otherwise (attempt 5's) plays attempt 1's games
-    only until the first learning steps: a check beside the attempt, attempt 1's command on attempt 1's commit run on
-    that machine, shows the attempt's games are those. A later commit's configuration may add only what it records
-    beside the settings, tracking off."""
+    exact, so wherever an attempt and the one before it have gone their games, evaluations and memory health are the
+    same to the last digit, bar the wall-clock seconds. A processor that computes floats otherwise (attempt 5's)
+    plays the attempt before's games only until the first learning steps: a check beside the attempt, attempt 1's
+    command on attempt 1's commit run on that machine, shows the attempt's games are those. A later commit's
+    configuration may add only what it records beside the settings, tracking off."""
     folder = ROOT / "results" / "breakout-10m"
+    position = BOTH_MEMORIES_LATER_ATTEMPTS.index(attempt)
     for memory, seed in BOTH_MEMORIES_RUNS:
-        runs = folder / memory / seed, folder / memory / attempt / seed
-        first, second = (json.loads((run / "config.json").read_text()) for run in runs)
+        before = folder / memory / seed  # attempt 1's folder has no attempt-K level
+        if position:
+            before = folder / memory / BOTH_MEMORIES_LATER_ATTEMPTS[position - 1] / seed
+        runs = before, folder / memory / attempt / seed
+        first, second = (json.loads((run / "config.json").read_text()) for run in (folder / memory / seed, runs[1]))
         assert {**first, "out": None} == {key: second[key] for key in first} | {"out": None}
         assert set(second) - set(first) <= {"track", "versions", "wandb_entity", "wandb_project_name"}
         assert not second.get("track")
