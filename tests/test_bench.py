@@ -733,11 +733,10 @@ def test_each_later_attempt_repeats_the_one_before_or_the_first_commit_on_its_ma
     folder = ROOT / "results" / "breakout-10m"
     position = BOTH_MEMORIES_LATER_ATTEMPTS.index(attempt)
     for memory, seed in BOTH_MEMORIES_RUNS:
-        before = folder / memory / seed  # attempt 1's folder has no attempt-K level
-        if position:
-            before = folder / memory / BOTH_MEMORIES_LATER_ATTEMPTS[position - 1] / seed
+        first_run = folder / memory / seed  # attempt 1's folder has no attempt-K level
+        before = folder / memory / BOTH_MEMORIES_LATER_ATTEMPTS[position - 1] / seed if position else first_run
         runs = before, folder / memory / attempt / seed
-        first, second = (json.loads((run / "config.json").read_text()) for run in (folder / memory / seed, runs[1]))
+        first, second = (json.loads((run / "config.json").read_text()) for run in (first_run, runs[1]))
         assert {**first, "out": None} == {key: second[key] for key in first} | {"out": None}
         assert set(second) - set(first) <= {"track", "versions", "wandb_entity", "wandb_project_name"}
         assert not second.get("track")
