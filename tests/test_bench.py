@@ -733,10 +733,11 @@ def test_each_later_attempt_repeats_the_one_before_or_the_first_commit_on_its_ma
     folder = ROOT / "results" / "breakout-10m"
     position = BOTH_MEMORIES_LATER_ATTEMPTS.index(attempt)
     for memory, seed in BOTH_MEMORIES_RUNS:
-        first_run = folder / memory / seed  # attempt 1's folder has no attempt-K level
-        before = folder / memory / BOTH_MEMORIES_LATER_ATTEMPTS[position - 1] / seed if position else first_run
-        runs = before, folder / memory / attempt / seed
-        first, second = (json.loads((run / "config.json").read_text()) for run in (first_run, runs[1]))
+        first_attempt = folder / memory / seed  # attempt 1's folder has no attempt-K level
+        before = folder / memory / BOTH_MEMORIES_LATER_ATTEMPTS[position - 1] / seed if position else first_attempt
+        later = folder / memory / attempt / seed
+        runs = before, later
+        first, second = (json.loads((run / "config.json").read_text()) for run in (first_attempt, later))
         assert {**first, "out": None} == {key: second[key] for key in first} | {"out": None}
         assert set(second) - set(first) <= {"track", "versions", "wandb_entity", "wandb_project_name"}
         assert not second.get("track")
@@ -755,7 +756,7 @@ def test_each_later_attempt_repeats_the_one_before_or_the_first_commit_on_its_ma
             compared = [games, evaluations]
             if memory == "prioritized":
                 compared.append([read_log(run / HEALTH_FILE, HEALTH_HEADER).tolist() for run in runs])
-        for first_run, second_run in compared:
-            shared = min(len(first_run), len(second_run))
-            assert first_run[:shared] == second_run[:shared]
+        for earlier_rows, later_rows in compared:
+            shared = min(len(earlier_rows), len(later_rows))
+            assert earlier_rows[:shared] == later_rows[:shared]
         assert len(games[1]) > 400 and len(evaluations[1]) >= 3  # past the first evaluations of a learning agent
