@@ -638,19 +638,23 @@ def test_the_docs_show_the_games_at_once_figures_as_committed():
 
 def test_the_three_full_length_breakout_runs_are_shown_beside_schaul_et_al_as_their_files_give_them():
     """Issue 67's table: the main job (uniform, seed 0, with its released agent), uniform seed 1 and prioritized
-    seed 0 (attempt 5 of each, since it went past attempt 1) in docs/results.md are `bench.py --beside` of the
+    seed 0 (attempt 6 of each, attempt 5's games and further) in docs/results.md are `bench.py --beside` of the
     committed files, beside references.csv's and Schaul et al.'s figures; the README shows the same table of where
     they stand, and the figure of both memories."""
     report, shown = beside_blocks()["breakout-10m/attempt-2/Breakout-seed0"]
     assert shown == utils_results.beside_markdown(report) + "\n"
     assert [(run["name"], run["recipe"], run["threads"]) for run in report["runs"]] == [
         ("breakout-10m/attempt-2/Breakout-seed0", "the defaults", 2),
-        ("breakout-10m/uniform/attempt-5/Breakout-seed1", "the defaults", 1),
-        ("breakout-10m/prioritized/attempt-5/Breakout-seed0", "--prioritized", 1),
+        ("breakout-10m/uniform/attempt-6/Breakout-seed1", "the defaults", 1),
+        ("breakout-10m/prioritized/attempt-6/Breakout-seed0", "--prioritized", 1),
     ]
-    for run in report["runs"][1:]:  # a later attempt is shown once it has gone past attempt 1's last games
-        memory, _, seed = run["name"].removeprefix("breakout-10m/").split("/")
-        assert run["step"] > read_episodes(ROOT / "results" / "breakout-10m" / memory / seed / "episodes.csv")[-1, 0]
+    for run in report["runs"][1:]:  # an attempt is shown once it has gone past every earlier one's last games
+        memory, attempt, seed = run["name"].removeprefix("breakout-10m/").split("/")
+        earlier = BOTH_MEMORIES_LATER_ATTEMPTS[: BOTH_MEMORIES_LATER_ATTEMPTS.index(attempt)]
+        for folder in [ROOT / "results" / "breakout-10m" / memory / name for name in earlier] + [
+            ROOT / "results" / "breakout-10m" / memory  # attempt 1's folder has no attempt-K level
+        ]:
+            assert run["step"] > read_episodes(folder / seed / "episodes.csv")[-1, 0], folder.name
     assert "355.2 ± 74.3 (step 10,000,000, 30 games of up to 5 minutes, epsilon 0.05)" in shown  # Nature's protocol
     assert "| Mnih et al. (2015) | 401.2 ± 26.9 |" in shown
     assert "| 3,000,000 | 2e-16 | 0.000251 to 6.481 | 5.738 | 0.580 | 59.6 |" in shown  # the memory's health
