@@ -650,11 +650,10 @@ def test_the_three_full_length_breakout_runs_are_shown_beside_schaul_et_al_as_th
     ]
     for run in report["runs"][1:]:  # an attempt is shown once it has gone past every earlier one's last games
         memory, attempt, seed = run["name"].removeprefix("breakout-10m/").split("/")
+        folder = ROOT / "results" / "breakout-10m" / memory  # attempt 1's run has no attempt-K level
         earlier = BOTH_MEMORIES_LATER_ATTEMPTS[: BOTH_MEMORIES_LATER_ATTEMPTS.index(attempt)]
-        for folder in [ROOT / "results" / "breakout-10m" / memory / name for name in earlier] + [
-            ROOT / "results" / "breakout-10m" / memory  # attempt 1's folder has no attempt-K level
-        ]:
-            assert run["step"] > read_episodes(folder / seed / "episodes.csv")[-1, 0], folder.name
+        for run_folder in [folder / seed, *(folder / name / seed for name in earlier)]:
+            assert run["step"] > read_episodes(run_folder / "episodes.csv")[-1, 0], run_folder
     assert "355.2 ± 74.3 (step 10,000,000, 30 games of up to 5 minutes, epsilon 0.05)" in shown  # Nature's protocol
     assert "| Mnih et al. (2015) | 401.2 ± 26.9 |" in shown
     assert "| 3,000,000 | 2e-16 | 0.000251 to 6.481 | 5.738 | 0.580 | 59.6 |" in shown  # the memory's health
