@@ -729,7 +729,7 @@ def test_each_later_attempt_repeats_the_one_before_or_the_first_commit_on_its_ma
     fresh machine that had lost the attempt before it (where each stopped: the stops file). One thread's training is
     deterministic on one kind of processor and attempt 1's resumes (eight each, one after an out-of-memory kill) were
     exact, so wherever an attempt and the one before it have gone their games, evaluations and memory health are the
-    same to the last digit, bar the wall-clock seconds. A processor that computes floats otherwise (attempt 5's)
+    same to the last digit, bar the wall-clock seconds. A processor that computes floats otherwise (attempt 5's, 7's)
     plays the attempt before's games only until the first learning steps: a check beside the attempt, attempt 1's
     command on attempt 1's commit run on that machine, shows the attempt's games are those. A later commit's
     configuration may add only what it records beside the settings, tracking off."""
